@@ -1,0 +1,105 @@
+"""Dense float64 attention in numpy: the test oracle for every kernel.
+
+Written from the mask semantics of DESIGN.md §2 alone (through :func:`visible_pairs`), never from
+the kernels. Layout ``[B, S, H, D]`` as in the op; masks broadcast over heads from ``Hm`` in
+``{1, Hk, Hq}``. Fully masked query rows give output 0, LSE ``-inf`` and zero gradients.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["visible_pairs", "attention_forward", "attention_backward"]
+
+
+def visible_pairs(startend_row_indices, causal: bool, seqlen_q: int, seqlen_k: int | None = None):
+    """Boolean ``[B, Hm, Sq, Sk]``: True where query row ``i`` may attend key column ``j``.
+
+    ``startend_row_indices`` is ``[B, Hm, Sk, C]`` or None (then ``[1, 1, Sq, Sk]``; ``seqlen_k``
+    is required). Causal masking is bottom-right aligned: ``j <= i + Sk - Sq``.
+    """
+    if startend_row_indices is None:
+        if seqlen_k is None:
+            raise ValueError("seqlen_k is required when startend_row_indices is None")
+        idx = np.zeros((1, 1, seqlen_k, 0), dtype=np.int64)
+    else:
+        idx = np.asarray(startend_row_indices).astype(np.int64)
+    batch, heads, sk, c = idx.shape
+    rows = np.arange(seqlen_q).reshape(1, 1, seqlen_q, 1)
+    masked = np.zeros((batch, heads, seqlen_q, sk), dtype=bool)
+
+    def col(k):  # bound k broadcast against rows: [B, Hm, 1, Sk]
+        return idx[..., k][:, :, None, :]
+
+    if c == 1:  # causal only: rows >= LTS
+        masked |= rows >= col(0)
+    elif c == 2 and causal:  # LTS <= row < LTE
+        masked |= (rows >= col(0)) & (rows < col(1))
+    elif c == 2:  # row >= LTS or row < UTE
+        masked |= (rows >= col(0)) | (rows < col(1))
+    elif c == 4:
+        masked |= (rows >= col(0)) & (rows < col(1))
+        masked |= (rows >= col(2)) & (rows < col(3))
+    elif c != 0:
+        raise ValueError(f"startend_row_indices must have 1, 2 or 4 bound columns, got {c}")
+    if causal:
+        cols = np.arange(sk).reshape(1, 1, 1, sk)
+        masked |= cols > rows + (sk - seqlen_q)
+    return ~masked
+
+
+def _expand(visible, batch: int, heads_q: int):
+    """Broadcast a ``[B|1, Hm, Sq, Sk]`` mask to ``[B, Hq, Sq, Sk]``: Hm=1, per GQA group, or per head."""
+    hm = visible.shape[1]
+    if hm not in (1, heads_q) and heads_q % hm:
+        raise ValueError(f"mask heads {hm} do not divide query heads {heads_q}")
+    visible = np.repeat(visible, heads_q // hm, axis=1)
+    return np.broadcast_to(visible, (batch,) + visible.shape[1:])
+
+
+def _scores(q, k, visible, scale):
+    """Masked scaled scores ``[B, Hq, Sq, Sk]`` in float64 (masked entries -inf)."""
+    heads_q, heads_k = q.shape[2], k.shape[2]
+    k = np.repeat(k.astype(np.float64), heads_q // heads_k, axis=2)
+    s = np.einsum("bihd,bjhd->bhij", q.astype(np.float64), k) * scale
+    return np.where(_expand(visible, q.shape[0], heads_q), s, -np.inf)
+
+
+def attention_forward(q, k, v, visible, softmax_scale: float | None = None):
+    """Returns ``(out [B, Sq, Hq, D] float64, lse [B, Hq, Sq] float64)``."""
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    s = _scores(q, k, visible, scale)
+    lse = _logsumexp(s)
+    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])
+    v = np.repeat(v.astype(np.float64), q.shape[2] // v.shape[2], axis=2)
+    out = np.einsum("bhij,bjhd->bihd", p, v)
+    return out, lse
+
+
+def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = None):
+    """Returns ``(dq, dk, dv)`` in float64; dk/dv summed over the query heads of each GQA group."""
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    heads_q, heads_k = q.shape[2], k.shape[2]
+    group = heads_q // heads_k
+    s = _scores(q, k, visible, scale)
+    lse = _logsumexp(s)
+    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])  # 0 on masked entries
+    k64 = np.repeat(k.astype(np.float64), group, axis=2)
+    v64 = np.repeat(v.astype(np.float64), group, axis=2)
+    do = dout.astype(np.float64)
+    dv_full = np.einsum("bhij,bihd->bjhd", p, do)
+    dp = np.einsum("bihd,bjhd->bhij", do, v64)
+    ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True)) * scale
+    dq = np.einsum("bhij,bjhd->bihd", ds, k64)
+    dk_full = np.einsum("bhij,bihd->bjhd", ds, q.astype(np.float64))
+
+    def reduce_group(t):  # [B, Sk, Hq, D] -> [B, Sk, Hk, D]
+        return t.reshape(t.shape[0], t.shape[1], heads_k, group, t.shape[3]).sum(axis=3)
+
+    return dq, reduce_group(dk_full), reduce_group(dv_full)
+
+
+def _logsumexp(s):
+    m = np.max(s, axis=-1)
+    safe_m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.sum(np.exp(s - safe_m[..., None]), axis=-1)) + safe_m

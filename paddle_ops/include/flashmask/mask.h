@@ -1,0 +1,68 @@
+// Column-wise FlashMask semantics: the one place that says which (row, column) pairs are masked.
+//
+// A key column j carries at most two masked row intervals, normalised here to four bounds:
+//   lower interval [lts, lte)  and  upper interval [uts, ute).
+// The user-facing `startend_row_indices[b, h, j, :]` has C in {1, 2, 4} columns whose meaning
+// depends on `causal` (DESIGN.md §2). `load_column_bounds` maps every form onto the four bounds,
+// using the empty intervals [Sq, Sq) and [0, 0) for the ones a form does not carry, so kernels
+// never branch on the form inside their loops.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FM_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FM_HOST_DEVICE inline
+#endif
+
+namespace flashmask {
+
+// Which bound columns `startend_row_indices` carries. Encoded as (causal, C); validated by the
+// Python API before any kernel runs.
+struct MaskForm {
+  int32_t num_cols = 0;  // C in {1, 2, 4}; 0 means "no startend_row_indices"
+  bool causal = false;
+
+  FM_HOST_DEVICE bool has_indices() const { return num_cols > 0; }
+  // Index of each bound inside the C columns, or -1 when the form does not carry it.
+  FM_HOST_DEVICE int lts_col() const { return num_cols > 0 ? 0 : -1; }
+  FM_HOST_DEVICE int lte_col() const { return (num_cols == 4 || (causal && num_cols == 2)) ? 1 : -1; }
+  FM_HOST_DEVICE int uts_col() const { return num_cols == 4 ? 2 : -1; }
+  FM_HOST_DEVICE int ute_col() const {
+    return num_cols == 4 ? 3 : ((!causal && num_cols == 2) ? 1 : -1);
+  }
+};
+
+// The masked rows of one key column: [lts, lte) and [uts, ute).
+struct ColumnBounds {
+  int32_t lts, lte, uts, ute;
+};
+
+// Reads column `col` of one (batch, mask-head) slice of startend_row_indices, laid out [Sk, C].
+// Missing lower bounds default to Sq (lts: nothing masked; lte: masked to the end), missing upper
+// bounds to 0, which makes absent intervals empty.
+FM_HOST_DEVICE ColumnBounds load_column_bounds(const int32_t* indices, int64_t col, MaskForm form,
+                                               int32_t seqlen_q) {
+  ColumnBounds b{seqlen_q, seqlen_q, 0, 0};
+  if (!form.has_indices()) return b;
+  const int32_t* c = indices + col * form.num_cols;
+  b.lts = c[0];
+  const int lte = form.lte_col(), uts = form.uts_col(), ute = form.ute_col();
+  if (lte >= 0) b.lte = c[lte];
+  if (uts >= 0) b.uts = c[uts];
+  if (ute >= 0) b.ute = c[ute];
+  return b;
+}
+
+// Bottom-right aligned causal masking (FlashAttention >= 2.1): query row i sees key j iff
+// j <= i + (Sk - Sq).
+FM_HOST_DEVICE int32_t causal_offset(int32_t seqlen_q, int32_t seqlen_k) { return seqlen_k - seqlen_q; }
+
+FM_HOST_DEVICE bool is_masked(int32_t row, int32_t col, const ColumnBounds& b, bool causal,
+                              int32_t causal_off) {
+  return (causal && col > row + causal_off) || (row >= b.lts && row < b.lte) ||
+         (row >= b.uts && row < b.ute);
+}
+
+}  // namespace flashmask
