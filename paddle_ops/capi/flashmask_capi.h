@@ -1,0 +1,56 @@
+/* The framework-free C ABI over the FlashMask launcher (launch.h). Plain C so that ctypes, the
+ * PyTorch binding and any other framework can call it. Every function returns 0 on success and a
+ * non-zero code on failure; fm_last_error() then says what went wrong (thread-local). */
+#ifndef FLASHMASK_CAPI_H_
+#define FLASHMASK_CAPI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHMASK_CAPI_VERSION 1
+
+/* A [B, S, H, D] view; D contiguous. Strides in elements. */
+typedef struct {
+  void* data;
+  int64_t batch_stride, row_stride, head_stride;
+} fm_tensor;
+
+typedef struct {
+  int32_t dtype; /* 0 float32, 1 float16, 2 bfloat16 */
+  int32_t batch, seqlen_q, seqlen_k, heads_q, heads_k, head_dim;
+  float softmax_scale;
+  int32_t causal;
+  fm_tensor q, k, v, out; /* q/out [B, Sq, Hq, D]; k/v [B, Sk, Hk, D] */
+  float* lse;             /* [B, Hq, Sq] contiguous */
+  const int32_t* startend_row_indices; /* [B, Hm, Sk, C] contiguous, or NULL */
+  int32_t mask_heads, mask_cols;       /* Hm in {1, Hk, Hq}; C in {1, 2, 4} (0 when NULL) */
+  /* backward only (ignored by forward calls) */
+  fm_tensor dout, dq, dk, dv;
+  int32_t deterministic;
+} fm_args;
+
+int fm_abi_version(void);
+const char* fm_last_error(void);
+/* 1 when the library was built with CUDA kernels. */
+int fm_has_cuda(void);
+
+/* CPU kernels: pointers are host memory. */
+int fm_fwd_cpu(const fm_args* args);
+int fm_bwd_cpu(const fm_args* args);
+
+/* CUDA kernels: pointers are device memory; `stream` is a cudaStream_t (NULL: default stream).
+ * `workspace` holds at least the bytes the matching *_workspace_bytes call reports. */
+int fm_fwd_workspace_bytes(const fm_args* args, size_t* bytes);
+int fm_bwd_workspace_bytes(const fm_args* args, size_t* bytes);
+int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream);
+int fm_bwd_cuda(const fm_args* args, void* workspace, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHMASK_CAPI_H_ */
