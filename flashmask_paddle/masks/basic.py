@@ -50,6 +50,11 @@ def causal(seqlen_q: int, seqlen_k: int | None = None) -> ColumnMask:
     ■ ■ ■ ■ ■ ■ ■ ■ · ·
     ■ ■ ■ ■ ■ ■ ■ ■ ■ ·
     ■ ■ ■ ■ ■ ■ ■ ■ ■ ■
+    >>> print(picture(causal(4, 10), seqlen_q=4))
+    ■ ■ ■ ■ ■ ■ ■ · · ·
+    ■ ■ ■ ■ ■ ■ ■ ■ · ·
+    ■ ■ ■ ■ ■ ■ ■ ■ ■ ·
+    ■ ■ ■ ■ ■ ■ ■ ■ ■ ■
     """
     seqlen_q, seqlen_k = _lengths(seqlen_q, seqlen_k)
     return column_mask([np.full(seqlen_k, seqlen_q)], True)

@@ -43,16 +43,31 @@ def pack_documents(doc_lens_per_row, seqlen: int, *, causal: bool = True) -> Col
     ``causal=False`` (C=2, ``LTS`` = document end, ``UTE`` = document start): bidirectional
     inside each document. Padding columns are masked for every row; padding rows see nothing.
 
-    >>> mask = pack_documents([[3, 2], [4]], 6)
+    >>> mask = pack_documents([[4, 3], [5, 2, 1]], 10)
     >>> mask.indices[:, 0, :, 0].tolist()
-    [[3, 3, 3, 5, 5, 0], [4, 4, 4, 4, 0, 0]]
-    >>> print(picture(mask, batch=1))
-    ■ · · · · ·
-    ■ ■ · · · ·
-    ■ ■ ■ · · ·
-    ■ ■ ■ ■ · ·
-    · · · · · ·
-    · · · · · ·
+    [[4, 4, 4, 4, 7, 7, 7, 0, 0, 0], [5, 5, 5, 5, 5, 7, 7, 8, 0, 0]]
+    >>> print(picture(mask))
+    ■ · · · · · · · · ·
+    ■ ■ · · · · · · · ·
+    ■ ■ ■ · · · · · · ·
+    ■ ■ ■ ■ · · · · · ·
+    · · · · ■ · · · · ·
+    · · · · ■ ■ · · · ·
+    · · · · ■ ■ ■ · · ·
+    · · · · · · · · · ·
+    · · · · · · · · · ·
+    · · · · · · · · · ·
+    >>> print(picture(pack_documents([[4, 3]], 10, causal=False)))
+    ■ ■ ■ ■ · · · · · ·
+    ■ ■ ■ ■ · · · · · ·
+    ■ ■ ■ ■ · · · · · ·
+    ■ ■ ■ ■ · · · · · ·
+    · · · · ■ ■ ■ · · ·
+    · · · · ■ ■ ■ · · ·
+    · · · · ■ ■ ■ · · ·
+    · · · · · · · · · ·
+    · · · · · · · · · ·
+    · · · · · · · · · ·
     """
     seqlen = check_int("seqlen", seqlen)
     lts, ute = [], []
@@ -73,8 +88,19 @@ def from_segment_ids(segment_ids, *, causal: bool = True, pad_id: int | None = N
     those with a negative id, or equal to ``pad_id`` when given; they may sit anywhere (usually
     on the right) and follow the padding conventions of this module.
 
-    >>> from_segment_ids([[0, 0, 0, 1, 1, -1]]).indices[0, 0, :, 0].tolist()
-    [3, 3, 3, 5, 5, 0]
+    >>> from_segment_ids([[0, 0, 0, 1, 1, 1, 1, 2, -1, -1]]).indices[0, 0, :, 0].tolist()
+    [3, 3, 3, 7, 7, 7, 7, 8, 0, 0]
+    >>> print(picture(from_segment_ids([[0, 0, 0, 1, 1, 1, 1, 2, -1, -1]])))
+    ■ · · · · · · · · ·
+    ■ ■ · · · · · · · ·
+    ■ ■ ■ · · · · · · ·
+    · · · ■ · · · · · ·
+    · · · ■ ■ · · · · ·
+    · · · ■ ■ ■ · · · ·
+    · · · ■ ■ ■ ■ · · ·
+    · · · · · · · ■ · ·
+    · · · · · · · · · ·
+    · · · · · · · · · ·
     """
     ids = np.asarray(segment_ids)
     if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
@@ -120,18 +146,20 @@ def pack_share_question(groups_per_row, seqlen: int) -> ColumnMask:
     question, answer 1, answer 2, ... Causal everywhere; an answer sees its group's question and
     itself, never a sibling answer or another group. Padding as described in the module doc.
 
-    >>> mask = pack_share_question([[(2, [1, 2]), (1, [1])]], 8)
+    >>> mask = pack_share_question([[(3, [2, 2]), (1, [1])]], 10)
     >>> mask.indices[0, 0, :, 0].tolist()
-    [5, 5, 3, 5, 5, 7, 7, 0]
+    [7, 7, 7, 5, 5, 7, 7, 9, 9, 0]
     >>> print(picture(mask))
-    ■ · · · · · · ·
-    ■ ■ · · · · · ·
-    ■ ■ ■ · · · · ·
-    ■ ■ · ■ · · · ·
-    ■ ■ · ■ ■ · · ·
-    · · · · · ■ · ·
-    · · · · · ■ ■ ·
-    · · · · · · · ·
+    ■ · · · · · · · · ·
+    ■ ■ · · · · · · · ·
+    ■ ■ ■ · · · · · · ·
+    ■ ■ ■ ■ · · · · · ·
+    ■ ■ ■ ■ ■ · · · · ·
+    ■ ■ ■ · · ■ · · · ·
+    ■ ■ ■ · · ■ ■ · · ·
+    · · · · · · · ■ · ·
+    · · · · · · · ■ ■ ·
+    · · · · · · · · · ·
     """
     seqlen = check_int("seqlen", seqlen)
     rows = []
