@@ -1,0 +1,71 @@
+"""Loads the compiled FlashMask custom op (``flashmask_ops.so``) and calls it.
+
+``python setup_ops.py install`` puts the library inside the installed package
+(``site-packages/flashmask_paddle/flashmask_ops.so``). When this package is imported from a source
+checkout (e.g. running pytest from the repo root, where ``./flashmask_paddle`` shadows the installed
+copy) the library is not next to this file, so we also look in every ``flashmask_paddle`` directory
+on ``sys.path``. ``FLASHMASK_OPS_LIBRARY=/path/to/flashmask_ops.so`` overrides the search.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+LIBRARY_NAME = "flashmask_ops.so"  # setup_ops.py: OP_EXTENSION = "flashmask_paddle.flashmask_ops"
+OP_NAME = "flashmask_attn"
+
+_lock = threading.Lock()
+_loaded_path: str | None = None
+
+
+def _candidates():
+    env = os.environ.get("FLASHMASK_OPS_LIBRARY")
+    if env:
+        yield env
+        return
+    yield os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
+    for entry in sys.path:
+        yield os.path.join(os.path.abspath(entry or os.getcwd()), "flashmask_paddle", LIBRARY_NAME)
+
+
+def find_library() -> str:
+    """Path of the compiled op library; ImportError with the fix when it is missing."""
+    tried = []
+    for path in _candidates():
+        if path in tried:
+            continue
+        tried.append(path)
+        if os.path.isfile(path):
+            return path
+    raise ImportError(
+        "flashmask_paddle: the compiled custom op library "
+        f"'{LIBRARY_NAME}' was not found (looked in: {', '.join(tried[:4])}"
+        f"{', ...' if len(tried) > 4 else ''}). Build and install it with "
+        "`python setup_ops.py install` from the repository root.")
+
+
+def library_path() -> str:
+    """Loads the op library once (registering its ops with Paddle) and returns its path."""
+    global _loaded_path
+    with _lock:
+        if _loaded_path is None:
+            from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
+
+            path = find_library()
+            ops = load_op_meta_info_and_register_op(path)
+            if OP_NAME not in ops:
+                raise ImportError(f"flashmask_paddle: {path} does not register the '{OP_NAME}' op "
+                                  f"(found {ops}); rebuild with `python setup_ops.py install`")
+            _loaded_path = path
+    return _loaded_path
+
+
+def flashmask_attn(q, k, v, startend_row_indices, causal: bool, softmax_scale: float):
+    """Runs the custom op (autograd-aware). Inputs must already be validated. Returns (out, lse)."""
+    library_path()
+    from paddle import _C_ops
+
+    out, lse = _C_ops._run_custom_op(OP_NAME, q, k, v, startend_row_indices, bool(causal),
+                                     float(softmax_scale))
+    return out, lse

@@ -1,0 +1,188 @@
+// CPU FlashMask backward (FlashAttention-2 style): probabilities are recomputed from the LSE,
+// D_i = rowsum(dO_i * O_i), dS = P * (dP - D) * scale. Two race-free passes over the same tiles:
+//   pass 1, parallel over (batch, kv head, key block): dK and dV, looping over the query heads of
+//           the GQA group inside, so the group reduction needs no atomics;
+//   pass 2, parallel over (batch, query head, query block): dQ.
+// Both passes skip fully masked tiles and mask only partial ones (block.h via KeyBlockPlan), so
+// the result is deterministic run to run.
+#include <algorithm>
+#include <vector>
+
+#include "cpu_common.h"
+#include "flashmask/launch.h"
+
+namespace flashmask {
+namespace cpu {
+namespace {
+
+// Inputs packed once to fp32 panels.
+struct BwdInputs {
+  Panels q, dout;    // [B, Hq] x [Sq_pad, D]
+  Panels k, kt, vt;  // [B, Hk] x [Sk_pad, D] / [D, Sk_pad]
+  std::vector<float> delta;  // D_i = rowsum(dO * O), [B, Hq, Sq]
+};
+
+BwdInputs pack_inputs(const BwdParams& p) {
+  BwdInputs in;
+  in.q = pack_panels(p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, false);
+  in.dout = pack_panels(p.dout, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, false);
+  in.k = pack_panels(p.k, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, false);
+  in.kt = pack_panels(p.k, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, true);
+  in.vt = pack_panels(p.v, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, true);
+  in.delta.assign(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q, 0.f);
+  const int dim = p.head_dim;
+#pragma omp parallel
+  {
+    std::vector<float> o(dim);
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < p.batch; ++b)
+      for (int h = 0; h < p.heads_q; ++h) {
+        const float* dout = in.dout.at(b, h);
+        for (int s = 0; s < p.seqlen_q; ++s) {
+          load_row(row_ptr(p.out, p.dtype, b, s, h), p.dtype, dim, o.data());
+          float acc = 0.f;
+          for (int d = 0; d < dim; ++d) acc += o[d] * dout[static_cast<size_t>(s) * dim + d];
+          in.delta[(static_cast<size_t>(b) * p.heads_q + h) * p.seqlen_q + s] = acc;
+        }
+      }
+  }
+  return in;
+}
+
+// For one tile: P (in `p_tile`) and dS (in `ds_tile`), both [rows, kBlockN]; columns >= cols and
+// masked entries are 0. `q`/`dout` point at the tile's first query row.
+void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const BwdInputs& in,
+                            int b, int hq, int qb, int kb, TileKind kind, float* p_tile,
+                            float* ds_tile) {
+  const int dim = p.head_dim, hk = hq / (p.heads_q / p.heads_k);
+  const int row0 = qb * kBlockM, col0 = kb * kBlockN;
+  const int rows = std::min(kBlockM, p.seqlen_q - row0), cols = std::min(kBlockN, p.seqlen_k - col0);
+  const float* q = in.q.at(b, hq) + static_cast<size_t>(row0) * dim;
+  const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * dim;
+  const size_t row_index = (static_cast<size_t>(b) * p.heads_q + hq) * p.seqlen_q + row0;
+  const float* lse = p.lse + row_index;
+  const float* delta = in.delta.data() + row_index;
+
+  tile_scores(q, rows, dim, in.kt.at(b, hk), in.kt.rows_pad, col0, p.softmax_scale, p_tile);
+  if (kind == TileKind::kPartial) plan.mask_partial_tile(b, hq, qb, kb, rows, cols, p_tile);
+  tile_scores(dout, rows, dim, in.vt.at(b, hk), in.vt.rows_pad, col0, 1.f, ds_tile);  // dP
+  for (int i = 0; i < rows; ++i) {
+    float* pr = p_tile + i * kBlockN;
+    float* dsr = ds_tile + i * kBlockN;
+    const float l = lse[i], di = delta[i];
+    if (l == kNegInf) {  // fully masked row: no probability mass, no gradient
+      std::fill(pr, pr + kBlockN, 0.f);
+      std::fill(dsr, dsr + kBlockN, 0.f);
+      continue;
+    }
+#pragma omp simd
+    for (int j = 0; j < kBlockN; ++j) {
+      const float pij = (j < cols && pr[j] != kNegInf) ? exp_nonpositive(pr[j] - l) : 0.f;
+      pr[j] = pij;
+      dsr[j] = pij * (dsr[j] - di) * p.softmax_scale;
+    }
+  }
+}
+
+struct TileScratch {
+  std::vector<float> p, ds;
+  TileScratch() : p(kBlockM * kBlockN), ds(kBlockM * kBlockN) {}
+};
+
+// Pass 1: dK, dV of key block kb of (b, hk), summed over the group's query heads.
+void backward_key_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdInputs& in, int b,
+                        int hk, int kb, TileScratch& w, std::vector<float>& dk, std::vector<float>& dv) {
+  const int dim = p.head_dim, group = p.heads_q / p.heads_k;
+  const int col0 = kb * kBlockN, cols = std::min(kBlockN, p.seqlen_k - col0);
+  const int nqb = num_blocks(p.seqlen_q, kBlockM);
+  std::fill(dk.begin(), dk.end(), 0.f);
+  std::fill(dv.begin(), dv.end(), 0.f);
+  for (int hq = hk * group; hq < (hk + 1) * group; ++hq) {
+    for (int qb = 0; qb < nqb; ++qb) {
+      const TileKind kind = plan.classify(b, hq, qb, kb);
+      if (kind == TileKind::kMasked) continue;
+      tile_probs_and_dscores(p, plan, in, b, hq, qb, kb, kind, w.p.data(), w.ds.data());
+      const int row0 = qb * kBlockM, rows = std::min(kBlockM, p.seqlen_q - row0);
+      const float* q = in.q.at(b, hq) + static_cast<size_t>(row0) * dim;
+      const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * dim;
+      for (int i = 0; i < rows; ++i) {
+        const float* pr = &w.p[i * kBlockN];
+        const float* dsr = &w.ds[i * kBlockN];
+        const float* qi = q + static_cast<size_t>(i) * dim;
+        const float* doi = dout + static_cast<size_t>(i) * dim;
+        for (int j = 0; j < cols; ++j) {
+          const float pij = pr[j], dsij = dsr[j];
+          if (pij == 0.f && dsij == 0.f) continue;
+          float* dvj = &dv[static_cast<size_t>(j) * dim];
+          float* dkj = &dk[static_cast<size_t>(j) * dim];
+#pragma omp simd
+          for (int d = 0; d < dim; ++d) {
+            dvj[d] += pij * doi[d];
+            dkj[d] += dsij * qi[d];
+          }
+        }
+      }
+    }
+  }
+  for (int j = 0; j < cols; ++j) {
+    store_row(&dk[static_cast<size_t>(j) * dim], p.dtype, dim, row_ptr_mut(p.dk, p.dtype, b, col0 + j, hk));
+    store_row(&dv[static_cast<size_t>(j) * dim], p.dtype, dim, row_ptr_mut(p.dv, p.dtype, b, col0 + j, hk));
+  }
+}
+
+// Pass 2: dQ of query block qb of (b, hq).
+void backward_query_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdInputs& in, int b,
+                          int hq, int qb, TileScratch& w, std::vector<float>& dq) {
+  const int dim = p.head_dim, hk = hq / (p.heads_q / p.heads_k);
+  const int row0 = qb * kBlockM, rows = std::min(kBlockM, p.seqlen_q - row0);
+  std::fill(dq.begin(), dq.end(), 0.f);
+  const float* k = in.k.at(b, hk);
+  for (int kb = 0; kb < plan.num_key_blocks(); ++kb) {
+    const TileKind kind = plan.classify(b, hq, qb, kb);
+    if (kind == TileKind::kMasked) continue;
+    tile_probs_and_dscores(p, plan, in, b, hq, qb, kb, kind, w.p.data(), w.ds.data());
+    const int col0 = kb * kBlockN, cols = std::min(kBlockN, p.seqlen_k - col0);
+    for (int i = 0; i < rows; ++i) {
+      const float* dsr = &w.ds[i * kBlockN];
+      float* dqi = &dq[static_cast<size_t>(i) * dim];
+      for (int j = 0; j < cols; ++j) {
+        const float dsij = dsr[j];
+        if (dsij == 0.f) continue;
+        const float* kj = k + static_cast<size_t>(col0 + j) * dim;
+#pragma omp simd
+        for (int d = 0; d < dim; ++d) dqi[d] += dsij * kj[d];
+      }
+    }
+  }
+  for (int i = 0; i < rows; ++i)
+    store_row(&dq[static_cast<size_t>(i) * dim], p.dtype, dim, row_ptr_mut(p.dq, p.dtype, b, row0 + i, hq));
+}
+
+}  // namespace
+}  // namespace cpu
+
+void run_bwd_cpu(const BwdParams& p) {
+  using namespace cpu;
+  check_common_params(p, "run_bwd_cpu");
+  if (!p.dout.data || !p.dq.data || !p.dk.data || !p.dv.data)
+    throw std::runtime_error("run_bwd_cpu: null gradient tensor pointer");
+  const KeyBlockPlan plan(p);
+  const BwdInputs in = pack_inputs(p);
+  const int nkb = plan.num_key_blocks(), nqb = num_blocks(p.seqlen_q, kBlockM);
+  const size_t block_elems = static_cast<size_t>(std::max(kBlockM, kBlockN)) * p.head_dim;
+#pragma omp parallel
+  {
+    TileScratch w;
+    std::vector<float> acc_a(block_elems), acc_b(block_elems);
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < p.batch; ++b)
+      for (int hk = 0; hk < p.heads_k; ++hk)
+        for (int kb = 0; kb < nkb; ++kb) backward_key_block(p, plan, in, b, hk, kb, w, acc_a, acc_b);
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < p.batch; ++b)
+      for (int hq = 0; hq < p.heads_q; ++hq)
+        for (int qb = 0; qb < nqb; ++qb) backward_query_block(p, plan, in, b, hq, qb, w, acc_a);
+  }
+}
+
+}  // namespace flashmask

@@ -1,0 +1,105 @@
+// CPU FlashMask forward: tiled online softmax over (query block, key block) tiles, skipping the
+// tiles block.h classifies as fully masked and applying the element mask only on partial ones.
+// Parallel over batch x query heads x query blocks; each work item owns its output rows.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_common.h"
+#include "flashmask/launch.h"
+
+namespace flashmask {
+namespace cpu {
+namespace {
+
+struct FwdScratch {
+  std::vector<float> q, o, s, m, l;
+  explicit FwdScratch(int dim)
+      : q(kBlockM * dim), o(kBlockM * dim), s(kBlockM * kBlockN), m(kBlockM), l(kBlockM) {}
+};
+
+// One query block of one (batch, query head): rows [qb*kBlockM, +rows).
+void forward_query_block(const FwdParams& p, const KeyBlockPlan& plan, const Panels& kt,
+                         const Panels& v, int b, int hq, int qb, FwdScratch& w) {
+  const int dim = p.head_dim, row0 = qb * kBlockM;
+  const int rows = std::min(kBlockM, p.seqlen_q - row0);
+  const int hk = hq / (p.heads_q / p.heads_k);
+  for (int i = 0; i < rows; ++i) load_row(row_ptr(p.q, p.dtype, b, row0 + i, hq), p.dtype, dim, &w.q[i * dim]);
+  std::fill(w.o.begin(), w.o.end(), 0.f);
+  std::fill(w.m.begin(), w.m.end(), kNegInf);
+  std::fill(w.l.begin(), w.l.end(), 0.f);
+  const float* ktp = kt.at(b, hk);
+  const float* vp = v.at(b, hk);
+
+  for (int kb = 0; kb < plan.num_key_blocks(); ++kb) {
+    const TileKind kind = plan.classify(b, hq, qb, kb);
+    if (kind == TileKind::kMasked) continue;
+    const int col0 = kb * kBlockN, cols = std::min(kBlockN, p.seqlen_k - col0);
+    tile_scores(w.q.data(), rows, dim, ktp, kt.rows_pad, col0, p.softmax_scale, w.s.data());
+    if (kind == TileKind::kPartial) plan.mask_partial_tile(b, hq, qb, kb, rows, cols, w.s.data());
+
+    for (int i = 0; i < rows; ++i) {
+      float* s = &w.s[i * kBlockN];
+      float tile_max = kNegInf;
+      for (int j = 0; j < cols; ++j) tile_max = std::max(tile_max, s[j]);
+      if (tile_max == kNegInf) continue;  // every column of this row is masked here
+      const float m_new = std::max(w.m[i], tile_max);
+      const float alpha = w.m[i] == kNegInf ? 0.f : std::exp(w.m[i] - m_new);
+      float row_sum = 0.f;
+#pragma omp simd reduction(+ : row_sum)
+      for (int j = 0; j < cols; ++j) {
+        const float e = s[j] == kNegInf ? 0.f : exp_nonpositive(s[j] - m_new);
+        s[j] = e;
+        row_sum += e;
+      }
+      w.m[i] = m_new;
+      w.l[i] = w.l[i] * alpha + row_sum;
+      float* o = &w.o[i * dim];
+      if (alpha != 1.f)
+        for (int d = 0; d < dim; ++d) o[d] *= alpha;
+      for (int j = 0; j < cols; ++j) {
+        const float pj = s[j];
+        if (pj == 0.f) continue;
+        const float* vr = vp + static_cast<size_t>(col0 + j) * dim;
+#pragma omp simd
+        for (int d = 0; d < dim; ++d) o[d] += pj * vr[d];
+      }
+    }
+  }
+
+  float* lse = p.lse + (static_cast<int64_t>(b) * p.heads_q + hq) * p.seqlen_q + row0;
+  for (int i = 0; i < rows; ++i) {
+    float* o = &w.o[i * dim];
+    if (w.l[i] > 0.f) {
+      const float inv = 1.f / w.l[i];
+      for (int d = 0; d < dim; ++d) o[d] *= inv;
+      lse[i] = w.m[i] + std::log(w.l[i]);
+    } else {  // fully masked row: output 0, LSE -inf
+      std::fill(o, o + dim, 0.f);
+      lse[i] = kNegInf;
+    }
+    store_row(o, p.dtype, dim, row_ptr_mut(p.out, p.dtype, b, row0 + i, hq));
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+
+void run_fwd_cpu(const FwdParams& p) {
+  using namespace cpu;
+  check_common_params(p, "run_fwd_cpu");
+  const KeyBlockPlan plan(p);
+  const Panels kt = pack_panels(p.k, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, /*transpose=*/true);
+  const Panels v = pack_panels(p.v, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, /*transpose=*/false);
+  const int nqb = num_blocks(p.seqlen_q, kBlockM);
+#pragma omp parallel
+  {
+    FwdScratch w(p.head_dim);
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < p.batch; ++b)
+      for (int hq = 0; hq < p.heads_q; ++hq)
+        for (int qb = 0; qb < nqb; ++qb) forward_query_block(p, plan, kt, v, b, hq, qb, w);
+  }
+}
+
+}  // namespace flashmask

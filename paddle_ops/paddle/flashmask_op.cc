@@ -1,0 +1,219 @@
+// The Paddle custom op `flashmask_attn`: forward (out, lse) and its gradient op. A skin over the
+// launcher (launch.h): it checks what could make a kernel read out of bounds, makes inputs
+// contiguous, allocates outputs, fills FwdParams/BwdParams and dispatches on the tensors' place.
+// User-facing validation with friendly messages lives in flashmask_paddle/_validate.py.
+#include "flashmask_op.h"
+
+#include <string>
+#include <vector>
+
+#include "flashmask/launch.h"
+
+namespace flashmask_op {
+namespace {
+
+flashmask::DType dtype_of(const paddle::Tensor& t, const char* name) {
+  switch (t.dtype()) {
+    case paddle::DataType::FLOAT32: return flashmask::DType::kFloat32;
+    case paddle::DataType::FLOAT16: return flashmask::DType::kFloat16;
+    case paddle::DataType::BFLOAT16: return flashmask::DType::kBFloat16;
+    default:
+      PD_THROW("flashmask_attn: ", name, " must be float32, float16 or bfloat16, got ",
+               phi::DataTypeToString(t.dtype()));
+  }
+}
+
+// [B, S, H, D] view of a contiguous tensor.
+flashmask::TensorView view_of(const paddle::Tensor& t) {
+  const auto s = t.shape();
+  flashmask::TensorView v;
+  v.data = const_cast<void*>(t.data());
+  v.head_stride = s[3];
+  v.row_stride = s[2] * s[3];
+  v.batch_stride = s[1] * s[2] * s[3];
+  return v;
+}
+
+paddle::Tensor contiguous(const paddle::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+paddle::optional<paddle::Tensor> contiguous(const paddle::optional<paddle::Tensor>& t) {
+  if (!t) return t;
+  return paddle::optional<paddle::Tensor>(contiguous(*t));
+}
+
+// Everything a kernel relies on to stay in bounds. Bound *values* never index memory, so they
+// are checked in Python only.
+void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                  const paddle::optional<paddle::Tensor>& idx, bool causal) {
+  PD_CHECK(q.shape().size() == 4, "flashmask_attn: query must be rank 4 [B, Sq, Hq, D]");
+  PD_CHECK(k.shape() == v.shape(), "flashmask_attn: key and value shapes differ");
+  PD_CHECK(k.shape().size() == 4, "flashmask_attn: key must be rank 4 [B, Sk, Hk, D]");
+  const auto qs = q.shape(), ks = k.shape();
+  PD_CHECK(qs[0] == ks[0] && qs[3] == ks[3], "flashmask_attn: query/key batch or head dim differ");
+  PD_CHECK(ks[2] > 0 && qs[2] % ks[2] == 0, "flashmask_attn: query heads must be a multiple of key heads");
+  PD_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "flashmask_attn: q, k, v dtypes differ");
+  dtype_of(q, "query");
+  PD_CHECK(q.place() == k.place() && q.place() == v.place(), "flashmask_attn: q, k, v on different places");
+  if (idx) {
+    const auto is = idx->shape();
+    PD_CHECK(idx->dtype() == paddle::DataType::INT32, "flashmask_attn: startend_row_indices must be int32");
+    PD_CHECK(is.size() == 4 && is[0] == qs[0] && is[2] == ks[1],
+             "flashmask_attn: startend_row_indices must be [B, Hm, Sk, C]");
+    PD_CHECK(is[1] == 1 || is[1] == ks[2] || is[1] == qs[2],
+             "flashmask_attn: startend_row_indices heads must be 1, Hk or Hq");
+    const int64_t c = is[3];
+    PD_CHECK(causal ? (c == 1 || c == 2) : (c == 2 || c == 4),
+             "flashmask_attn: startend_row_indices must have C in {1, 2} when causal, {2, 4} otherwise");
+    PD_CHECK(idx->place() == q.place(), "flashmask_attn: startend_row_indices on a different place");
+  }
+}
+
+}  // namespace
+
+flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                     const paddle::Tensor& v,
+                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& out, const paddle::Tensor& lse,
+                                     bool causal, float softmax_scale) {
+  flashmask::FwdParams p;
+  const auto qs = q.shape(), ks = k.shape();
+  p.dtype = dtype_of(q, "query");
+  p.batch = static_cast<int32_t>(qs[0]);
+  p.seqlen_q = static_cast<int32_t>(qs[1]);
+  p.heads_q = static_cast<int32_t>(qs[2]);
+  p.head_dim = static_cast<int32_t>(qs[3]);
+  p.seqlen_k = static_cast<int32_t>(ks[1]);
+  p.heads_k = static_cast<int32_t>(ks[2]);
+  p.softmax_scale = softmax_scale;
+  p.causal = causal;
+  p.q = view_of(q);
+  p.k = view_of(k);
+  p.v = view_of(v);
+  p.out = view_of(out);
+  p.lse = const_cast<float*>(lse.data<float>());
+  p.mask_form.causal = causal;
+  if (startend_row_indices) {
+    p.startend_row_indices = startend_row_indices->data<int32_t>();
+    p.mask_heads = static_cast<int32_t>(startend_row_indices->shape()[1]);
+    p.mask_form.num_cols = static_cast<int32_t>(startend_row_indices->shape()[3]);
+  }
+  return p;
+}
+
+flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                     const paddle::Tensor& v,
+                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& out, const paddle::Tensor& lse,
+                                     const paddle::Tensor& dout, const paddle::Tensor& dq,
+                                     const paddle::Tensor& dk, const paddle::Tensor& dv,
+                                     bool causal, float softmax_scale) {
+  flashmask::BwdParams p;
+  static_cast<flashmask::FwdParams&>(p) =
+      make_fwd_params(q, k, v, startend_row_indices, out, lse, causal, softmax_scale);
+  p.dout = view_of(dout);
+  p.dq = view_of(dq);
+  p.dk = view_of(dk);
+  p.dv = view_of(dv);
+  return p;
+}
+
+}  // namespace flashmask_op
+
+namespace {
+
+using flashmask_op::contiguous;
+
+std::vector<paddle::Tensor> FlashmaskForward(const paddle::Tensor& q_in, const paddle::Tensor& k_in,
+                                             const paddle::Tensor& v_in,
+                                             const paddle::optional<paddle::Tensor>& idx_in,
+                                             bool causal, float softmax_scale) {
+  flashmask_op::check_inputs(q_in, k_in, v_in, idx_in, causal);
+  const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
+  const paddle::optional<paddle::Tensor> idx = contiguous(idx_in);
+  if (q.is_gpu()) {
+#ifdef FLASHMASK_WITH_CUDA
+    return flashmask_op::flashmask_fwd_gpu(q, k, v, idx, causal, softmax_scale);
+#else
+    PD_THROW("flashmask_attn: this build of flashmask_paddle has no CUDA kernels (built without CUDA); "
+             "use CPU tensors or rebuild with a CUDA-enabled Paddle");
+#endif
+  }
+  PD_CHECK(q.is_cpu(), "flashmask_attn: tensors must be on CPU or GPU");
+  const auto qs = q.shape();
+  paddle::Tensor out = paddle::empty(qs, q.dtype(), q.place());
+  paddle::Tensor lse = paddle::empty({qs[0], qs[2], qs[1]}, paddle::DataType::FLOAT32, q.place());
+  if (q.numel() > 0 && k.numel() > 0)
+    flashmask::run_fwd_cpu(flashmask_op::make_fwd_params(q, k, v, idx, out, lse, causal, softmax_scale));
+  return {out, lse};
+}
+
+std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const paddle::Tensor& k_in,
+                                              const paddle::Tensor& v_in,
+                                              const paddle::optional<paddle::Tensor>& idx_in,
+                                              const paddle::Tensor& out_in, const paddle::Tensor& lse_in,
+                                              const paddle::Tensor& dout_in, bool causal,
+                                              float softmax_scale) {
+  const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
+  const paddle::Tensor out = contiguous(out_in), lse = contiguous(lse_in), dout = contiguous(dout_in);
+  const paddle::optional<paddle::Tensor> idx = contiguous(idx_in);
+  PD_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype(),
+           "flashmask_attn_grad: grad of out must match query in shape and dtype");
+  if (q.is_gpu()) {
+#ifdef FLASHMASK_WITH_CUDA
+    return flashmask_op::flashmask_bwd_gpu(q, k, v, idx, out, lse, dout, causal, softmax_scale);
+#else
+    PD_THROW("flashmask_attn_grad: built without CUDA");
+#endif
+  }
+  paddle::Tensor dq = paddle::empty(q.shape(), q.dtype(), q.place());
+  paddle::Tensor dk = paddle::empty(k.shape(), k.dtype(), k.place());
+  paddle::Tensor dv = paddle::empty(v.shape(), v.dtype(), v.place());
+  if (q.numel() > 0 && k.numel() > 0)
+    flashmask::run_bwd_cpu(flashmask_op::make_bwd_params(q, k, v, idx, out, lse, dout, dq, dk, dv,
+                                                         causal, softmax_scale));
+  return {dq, dk, dv};
+}
+
+std::vector<std::vector<int64_t>> FlashmaskForwardShape(
+    const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
+    const paddle::optional<std::vector<int64_t>>& idx) {
+  return {q, {q[0], q[2], q[1]}};
+}
+
+std::vector<paddle::DataType> FlashmaskForwardDtype(const paddle::DataType& q, const paddle::DataType& k,
+                                                    const paddle::DataType& v,
+                                                    const paddle::optional<paddle::DataType>& idx) {
+  return {q, paddle::DataType::FLOAT32};
+}
+
+std::vector<std::vector<int64_t>> FlashmaskBackwardShape(
+    const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
+    const paddle::optional<std::vector<int64_t>>& idx, const std::vector<int64_t>& out,
+    const std::vector<int64_t>& lse, const std::vector<int64_t>& dout) {
+  return {q, k, v};
+}
+
+std::vector<paddle::DataType> FlashmaskBackwardDtype(
+    const paddle::DataType& q, const paddle::DataType& k, const paddle::DataType& v,
+    const paddle::optional<paddle::DataType>& idx, const paddle::DataType& out,
+    const paddle::DataType& lse, const paddle::DataType& dout) {
+  return {q, k, v};
+}
+
+}  // namespace
+
+PD_BUILD_OP(flashmask_attn)
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices")})
+    .Outputs({"out", "lse"})
+    .Attrs({"causal: bool", "softmax_scale: float"})
+    .SetKernelFn(PD_KERNEL(FlashmaskForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(FlashmaskForwardShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(FlashmaskForwardDtype));
+
+PD_BUILD_GRAD_OP(flashmask_attn)
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), "out", "lse", paddle::Grad("out")})
+    .Outputs({paddle::Grad("q"), paddle::Grad("k"), paddle::Grad("v")})
+    .Attrs({"causal: bool", "softmax_scale: float"})
+    .SetKernelFn(PD_KERNEL(FlashmaskBackward))
+    .SetInferShapeFn(PD_INFER_SHAPE(FlashmaskBackwardShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(FlashmaskBackwardDtype));

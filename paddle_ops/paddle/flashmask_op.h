@@ -1,0 +1,45 @@
+// The Paddle custom op's device split. flashmask_op.cc registers the op, checks inputs, serves CPU
+// tensors and builds the kernel parameters; the GPU entry points below are implemented in
+// flashmask_op_gpu.cc (compiled only with -DFLASHMASK_WITH_CUDA).
+#pragma once
+
+#include <vector>
+
+#include "flashmask/params.h"
+#include "paddle/extension.h"
+
+namespace flashmask_op {
+
+// Parameters over tensors that flashmask_op.cc has already checked and made contiguous:
+// q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], `out` like q, `lse` float32 [B, Hq, Sq],
+// startend_row_indices int32 [B, Hm, Sk, C] or absent. Raw pointers only; no allocation.
+flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                     const paddle::Tensor& v,
+                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& out, const paddle::Tensor& lse,
+                                     bool causal, float softmax_scale);
+// Adds dout (like q) and the gradients dq (like q), dk/dv (like k) to the forward parameters.
+flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                     const paddle::Tensor& v,
+                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& out, const paddle::Tensor& lse,
+                                     const paddle::Tensor& dout, const paddle::Tensor& dq,
+                                     const paddle::Tensor& dk, const paddle::Tensor& dv,
+                                     bool causal, float softmax_scale);
+
+#ifdef FLASHMASK_WITH_CUDA
+// GPU forward. Inputs as for make_fwd_params (all on one GPU, contiguous, already validated).
+// Returns {out (dtype of q, shape of q), lse (float32 [B, Hq, Sq])}, allocated on q's place and
+// computed on the current stream via flashmask::run_fwd_cuda.
+std::vector<paddle::Tensor> flashmask_fwd_gpu(
+    const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+    const paddle::optional<paddle::Tensor>& startend_row_indices, bool causal, float softmax_scale);
+// GPU backward. `out`/`lse` are the forward outputs, `dout` the gradient of out (contiguous).
+// Returns {dq, dk, dv} (shapes/dtypes of q, k, v; dk/dv summed over GQA groups) via run_bwd_cuda.
+std::vector<paddle::Tensor> flashmask_bwd_gpu(
+    const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+    const paddle::optional<paddle::Tensor>& startend_row_indices, const paddle::Tensor& out,
+    const paddle::Tensor& lse, const paddle::Tensor& dout, bool causal, float softmax_scale);
+#endif
+
+}  // namespace flashmask_op
