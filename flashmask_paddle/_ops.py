@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import warnings
 
 LIBRARY_NAME = "flashmask_ops.so"  # setup_ops.py: OP_EXTENSION = "flashmask_paddle.flashmask_ops"
 OP_NAME = "flashmask_attn"
@@ -50,7 +51,9 @@ def library_path() -> str:
     global _loaded_path
     with _lock:
         if _loaded_path is None:
-            from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
+            with warnings.catch_warnings():  # importing cpp_extension warns about ccache
+                warnings.simplefilter("ignore")
+                from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
 
             path = find_library()
             ops = load_op_meta_info_and_register_op(path)
