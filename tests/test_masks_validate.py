@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from flashmask_paddle import masks, reference
+from test_reference import random_indices  # random valid indices of any (causal, C) form
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -53,16 +54,6 @@ def test_validate_reports_the_first_offending_head_and_batch():
     arr[1, 2, 3, 0] = 9
     with pytest.raises(ValueError, match=r"LTS at \[b=1, h=2, col=3\] is 9"):
         masks.validate(arr, True, 4)
-
-
-def random_indices(rng, batch, heads, sq, sk, causal, c):
-    """Random valid startend_row_indices of any (causal, C) form."""
-    a = rng.integers(0, sq + 1, size=(batch, heads, sk, c))
-    if c == 4 or (causal and c == 2):
-        a[..., 0:2] = np.sort(a[..., 0:2], axis=-1)
-    if c == 4:
-        a[..., 2:4] = np.sort(a[..., 2:4], axis=-1)
-    return a.astype(np.int32)
 
 
 forms = st.sampled_from([(True, 1), (True, 2), (False, 2), (False, 4)])

@@ -12,6 +12,7 @@ FAST = settings(max_examples=30, deadline=None)
 
 
 def random_indices(rng, batch, heads, sq, sk, causal, c):
+    """Random valid startend_row_indices [B, Hm, Sk, C] of any (causal, C) form."""
     a = rng.integers(0, sq + 1, size=(batch, heads, sk, c))
     if c == 4 or (causal and c == 2):
         a[..., 0:2] = np.sort(a[..., 0:2], axis=-1)
