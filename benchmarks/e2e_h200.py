@@ -1,0 +1,670 @@
+"""End-to-end training throughput on the H200: packed FlashMask vs dense-mask SDPA vs FlexAttention.
+
+Paddle cannot run on the H200 (DESIGN.md §4), so this is plain PyTorch: a Llama-2-7B-shaped decoder
+stack (hidden 4096, 32 heads of 128, SwiGLU 11008, RMSNorm, RoPE, bf16, AdamW), written here, trains
+on rows packed from REAL document lengths (GSM8K and hh-rlhf token counts, committed in
+benchmarks/data/doc_lengths.json, so the GPU needs no tokenizer). Every row is a causal-document
+mask: a token sees the earlier tokens of its own document; the padding tail of a row is one more
+segment (its labels are ignored), so all three attentions compute the same function:
+
+  flashmask  flashmask_paddle.torch.flashmask_attention, startend_row_indices [B,1,S,1] int32
+             (LTS = end of the token's segment, causal=True): 4 bytes per token of mask
+  dense      torch SDPA with an explicit [B,1,S,S] bool mask (broadcast over heads), the fastest of
+             the masked backends (cuDNN, memory-efficient) picked by the attention-alone timing
+  flex       torch.compile(flex_attention, dynamic=False) with a block mask built from the same
+             document ids (create_block_mask timed apart, DESIGN.md §7), cached per batch
+
+Reported per (sequence length, attention): tokens/s over real tokens (padding excluded), median
+step time, the share of the step spent in attention (attention fwd+bwd timed alone on the same
+shapes and masks, times the layer count, over the step time), peak device memory, mask bytes, first
+loss (the three must agree), and attention TFLOP/s over exactly the unmasked pairs (DESIGN.md §7).
+
+  python benchmarks/e2e_h200.py                       # the real run (CUDA): 32K then 8K
+  python benchmarks/e2e_h200.py --smoke               # tiny CPU run: checks the script end to end
+  python benchmarks/e2e_h200.py --replot results.json # redraw the PNG from a JSON
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from flashmask_paddle import masks  # noqa: E402  (numpy only: runs where paddle cannot)
+
+IMPLS = ("flashmask", "dense", "flex")
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class ModelShape:
+    hidden: int = 4096
+    heads: int = 32
+    head_dim: int = 128
+    mlp: int = 11008
+    layers: int = 4
+    vocab: int = 32000
+    rope_theta: float = 10000.0
+
+
+@dataclass
+class RunPlan:
+    seqlens: list = field(default_factory=lambda: [32768, 8192])
+    tokens_per_step: int = 32768  # B = tokens_per_step // S rows per step
+    warmup: int = 2
+    steps: int = 5
+    attn_reps: int = 5
+    batches: int = 3  # distinct packed batches, rotated over the steps
+    dataset: str = "mix"  # gsm8k | hh_rlhf | mix
+    seed: int = 0
+
+
+def smoke_settings(shape: ModelShape, plan: RunPlan) -> None:
+    """A few seconds on a CPU: tiny dims, short rows, document lengths scaled down 16x."""
+    shape.hidden, shape.heads, shape.head_dim, shape.mlp = 64, 4, 16, 172
+    shape.layers, shape.vocab = 2, 256
+    plan.seqlens, plan.tokens_per_step = [512, 256], 512
+    plan.warmup, plan.steps, plan.attn_reps, plan.batches = 1, 2, 2, 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Packed rows from real document lengths
+# ----------------------------------------------------------------------------------------------
+def load_lengths(dataset: str, scale: int) -> np.ndarray:
+    path = REPO / "benchmarks" / "data" / "doc_lengths.json"
+    with open(path, encoding="utf-8") as f:
+        lengths = {k: np.asarray(v, dtype=np.int64) for k, v in json.load(f)["lengths"].items()}
+    if dataset == "mix":
+        out = np.concatenate(list(lengths.values()))
+    elif dataset in lengths:
+        out = lengths[dataset]
+    else:
+        raise ValueError(f"dataset must be 'mix' or one of {sorted(lengths)}, got {dataset!r}")
+    return np.maximum(out // scale, 2)
+
+
+def pack_rows(lengths: np.ndarray, seqlen: int, rows: int, rng: np.random.Generator):
+    """Greedy in-order packing of a shuffled document stream into `rows` rows of `seqlen` tokens.
+
+    Returns a list of rows; each row is a list of segment lengths summing to `seqlen`; the last
+    segment of a row is padding when the documents do not fill it (flag in the second list).
+    """
+    order = rng.permutation(len(lengths))
+    packed, pad_flags, i = [], [], 0
+    for _ in range(rows):
+        segs, used = [], 0
+        while True:
+            doc = int(min(lengths[order[i % len(order)]], seqlen))
+            if used + doc > seqlen:
+                break
+            segs.append(doc)
+            used += doc
+            i += 1
+        has_pad = used < seqlen
+        if has_pad:
+            segs.append(seqlen - used)
+        packed.append(segs)
+        pad_flags.append(has_pad)
+    return packed, pad_flags
+
+
+def segment_arrays(packed, pad_flags, seqlen: int):
+    """numpy views of one packed batch: segment ids, per-document positions, real-token flags.
+
+    The padding tail of a row gets a segment id of its own (not a padding id): dense SDPA turns a
+    fully masked row into NaN, so every attention here sees padding as one more short document.
+    """
+    b = len(packed)
+    seg_id = np.zeros((b, seqlen), np.int32)
+    pos = np.zeros((b, seqlen), np.int64)
+    valid = np.ones((b, seqlen), bool)
+    for r, (segs, has_pad) in enumerate(zip(packed, pad_flags)):
+        start = 0
+        for s, n in enumerate(segs):
+            seg_id[r, start:start + n] = s
+            pos[r, start:start + n] = np.arange(n)
+            start += n
+        if has_pad:
+            valid[r, seqlen - segs[-1]:] = False
+    return seg_id, pos, valid
+
+
+# ----------------------------------------------------------------------------------------------
+# The model (plain torch modules)
+# ----------------------------------------------------------------------------------------------
+def build_model(torch, shape: ModelShape, attention, device, dtype):
+    nn, F = torch.nn, torch.nn.functional
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-5)
+
+    def apply_rope(x, cos, sin):  # x [B, S, H, D]; cos/sin [B, S, 1, D/2]
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            h, d = shape.hidden, shape.heads * shape.head_dim
+            self.attn_norm, self.mlp_norm = RMSNorm(h), RMSNorm(h)
+            self.qkv = nn.Linear(h, 3 * d, bias=False)
+            self.o = nn.Linear(d, h, bias=False)
+            self.gate_up = nn.Linear(h, 2 * shape.mlp, bias=False)
+            self.down = nn.Linear(shape.mlp, h, bias=False)
+
+        def forward(self, x, rope, mask):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.attn_norm(x)).view(b, s, 3, shape.heads, shape.head_dim).unbind(2)
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            x = x + self.o(attention(q, k, v, mask).reshape(b, s, -1))
+            gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+            return x + self.down(F.silu(gate) * up)
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(shape.vocab, shape.hidden)
+            self.layers = nn.ModuleList(Layer() for _ in range(shape.layers))
+            self.norm = RMSNorm(shape.hidden)
+            self.head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+
+        def forward(self, ids, rope, mask, labels):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x, rope, mask)
+            logits = self.head(self.norm(x)).float()
+            return F.cross_entropy(logits.view(-1, shape.vocab), labels.view(-1), ignore_index=-100)
+
+    model = Decoder()
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.normal_(p, std=0.02)
+    return model.to(device=device, dtype=dtype)
+
+
+def rope_tables(torch, pos, shape: ModelShape, dtype):
+    """cos/sin [B, S, 1, D/2] for per-document positions (RoPE restarts in every document)."""
+    inv = 1.0 / (shape.rope_theta ** (torch.arange(0, shape.head_dim, 2, device=pos.device).float()
+                                      / shape.head_dim))
+    ang = pos.float()[..., None] * inv
+    return ang.cos()[:, :, None, :].to(dtype), ang.sin()[:, :, None, :].to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The three attentions: prepare(batch) builds the mask object; __call__ takes [B, S, H, D]
+# ----------------------------------------------------------------------------------------------
+class FlashMaskAttention:
+    name = "flashmask"
+
+    def __init__(self, torch):
+        from flashmask_paddle.torch import flashmask_attention  # noqa: WPS433 (optional dependency)
+        self.torch, self.fn = torch, flashmask_attention
+
+    def prepare(self, batch):
+        # causal document, C=1: key column j is masked for rows >= LTS_j = end of j's segment
+        idx = batch["startend_row_indices"]
+        return {"mask": idx, "bytes": idx.numel() * idx.element_size(), "build_s": 0.0}
+
+    def __call__(self, q, k, v, mask):
+        return self.fn(q, k, v, startend_row_indices=mask, causal=True)
+
+
+class DenseSDPAAttention:
+    name = "dense"
+
+    def __init__(self, torch):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        self.torch, self.sdpa_kernel = torch, sdpa_kernel
+        # On the GPU never the math backend: it would materialise [B, H, S, S] floats (64 GB for
+        # one 32K row); the list is a priority order (pick_dense_backend puts the faster first).
+        self.backends = ([SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+                         if torch.cuda.is_available() else [SDPBackend.MATH])
+
+    def prepare(self, batch):
+        seg = batch["seg_id"]
+        s = seg.shape[1]
+        causal = self.torch.ones(s, s, dtype=self.torch.bool, device=seg.device).tril_()
+        mask = (seg[:, None, :, None] == seg[:, None, None, :]) & causal  # [B, 1, S, S]
+        del causal
+        return {"mask": mask, "bytes": mask.numel() * mask.element_size(), "build_s": 0.0}
+
+    def __call__(self, q, k, v, mask):
+        F = self.torch.nn.functional
+        with self.sdpa_kernel(self.backends, set_priority=True):
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                 v.transpose(1, 2), attn_mask=mask)
+        return out.transpose(1, 2)
+
+
+class FlexAttention:
+    name = "flex"
+
+    def __init__(self, torch, compile_kernel: bool):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        import torch._dynamo
+        # one compiled kernel serves every batch (block masks are inputs); the raised limits keep
+        # dynamo from falling back to an eager N^2 path after a few masks (DESIGN.md §7)
+        for knob in ("cache_size_limit", "accumulated_cache_size_limit", "recompile_limit",
+                     "accumulated_recompile_limit"):
+            try:
+                setattr(torch._dynamo.config, knob, 1024)
+            except (AttributeError, KeyError):
+                pass
+        self.torch, self.create_block_mask = torch, create_block_mask
+        self.fn = torch.compile(flex_attention, dynamic=False) if compile_kernel else flex_attention
+
+    def prepare(self, batch):
+        seg = batch["seg_id"]
+        b, s = seg.shape
+
+        def causal_document(bi, hi, qi, ki):
+            return (seg[bi, qi] == seg[bi, ki]) & (qi >= ki)
+
+        sync(self.torch)
+        t0 = time.perf_counter()
+        bm = self.create_block_mask(causal_document, b, None, s, s, device=seg.device)
+        sync(self.torch)
+        build_s = time.perf_counter() - t0
+        nbytes = sum(t.numel() * t.element_size() for t in vars(bm).values()
+                     if isinstance(t, self.torch.Tensor))
+        return {"mask": bm, "bytes": nbytes, "build_s": build_s}
+
+    def __call__(self, q, k, v, mask):
+        out = self.fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask)
+        return out.transpose(1, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
+def sync(torch):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(torch, fn) -> float:
+    """Seconds of one call of `fn` (CUDA events on the GPU, a host clock on the CPU)."""
+    if torch.cuda.is_available():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def peak_memory(torch) -> int | None:
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+
+
+def reset_peak(torch):
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def attention_alone(torch, impl, batches, masks, shape, dtype, device, reps):
+    """Median seconds of attention fwd and of fwd+bwd on the step's shapes, rotating the batches.
+
+    The forward runs with autograd recording, as in training, so a compiled peer is compiled once
+    (fwd+bwd) and not a second time for an inference-only graph. Returns the last output too.
+    """
+    b, s = batches[0]["seg_id"].shape
+    gen = torch.Generator(device=device).manual_seed(1)
+    qkv = [torch.randn(b, s, shape.heads, shape.head_dim, device=device, dtype=dtype, generator=gen)
+           .requires_grad_() for _ in range(3)]
+    dout = torch.randn(b, s, shape.heads, shape.head_dim, device=device, dtype=dtype, generator=gen)
+    fwd, fwd_bwd, holder = [], [], {}
+    for rep in range(reps + 1):  # the first call warms up (compiles, allocates)
+        mask = masks[rep % len(masks)]["mask"]
+        for t in qkv:
+            t.grad = None
+
+        def forward():
+            holder["out"] = impl(*qkv, mask)
+        t_f = timed(torch, forward)
+        t_b = timed(torch, lambda: holder["out"].backward(dout))
+        if rep:
+            fwd.append(t_f)
+            fwd_bwd.append(t_f + t_b)
+    # every attention runs the same rotation, so the last outputs are comparable across them
+    return statistics.median(fwd), statistics.median(fwd_bwd), holder["out"].detach().float()
+
+
+def train_steps(torch, model, opt, batches, masks, warmup, steps, progress):
+    """Step times (seconds) of the timed steps and the loss of the very first step."""
+    times, first_loss = [], None
+    for i in range(warmup + steps):
+        bt, mk = batches[i % len(batches)], masks[i % len(masks)]
+        holder = {}
+
+        def step():
+            loss = model(bt["ids"], bt["rope"], mk["mask"], bt["labels"])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            holder["loss"] = loss
+        t = timed(torch, step)
+        if first_loss is None:
+            first_loss = float(holder["loss"].detach())
+        if i >= warmup:
+            times.append(t)
+        progress(i + 1, warmup + steps)
+    return times, first_loss
+
+
+# ----------------------------------------------------------------------------------------------
+# One sequence length: all three attentions
+# ----------------------------------------------------------------------------------------------
+def make_batches(torch, shape, plan, seqlen, lengths, device, dtype):
+    rows = max(1, plan.tokens_per_step // seqlen)
+    rng = np.random.default_rng(plan.seed + seqlen)
+    out = []
+    for _ in range(plan.batches):
+        packed, pad = pack_rows(lengths, seqlen, rows, rng)
+        seg_id, pos, valid = segment_arrays(packed, pad, seqlen)
+        column_mask = masks.from_segment_ids(seg_id, causal=True)  # [B, 1, S, 1] int32
+        ids = torch.from_numpy(rng.integers(0, shape.vocab, (rows, seqlen))).to(device)
+        labels = torch.from_numpy(np.where(valid, rng.integers(0, shape.vocab, (rows, seqlen)),
+                                           -100)).to(device)
+        pos_t = torch.from_numpy(pos).to(device)
+        out.append({
+            "seg_id": torch.from_numpy(seg_id).to(device),
+            "startend_row_indices": torch.from_numpy(column_mask.indices).to(device),
+            "ids": ids, "labels": labels, "rope": rope_tables(torch, pos_t, shape, dtype),
+            "real_tokens": int(valid.sum()), "docs": sum(len(p) - f for p, f in zip(packed, pad)),
+            "pairs": int(masks.count_visible(column_mask).sum()),
+            "density": masks.tile_density(column_mask),
+        })
+    return out
+
+
+def run_seqlen(torch, args, shape, plan, seqlen, lengths, device, dtype, impls, deadline, log):
+    batches = make_batches(torch, shape, plan, seqlen, lengths, device, dtype)
+    rows = batches[0]["seg_id"].shape[0]
+    real = statistics.mean(b["real_tokens"] for b in batches)
+    pairs = statistics.mean(b["pairs"] for b in batches) / rows  # per row and head
+    result = {
+        "seqlen": seqlen, "rows": rows, "real_tokens_per_step": real,
+        "padding_share": 1 - real / (rows * seqlen),
+        "docs_per_step": statistics.mean(b["docs"] for b in batches),
+        "tile_density_128": statistics.mean(b["density"] for b in batches),
+        "visible_pairs_per_row_head": pairs, "impls": {},
+    }
+    attn_flop_fwd = 4 * shape.head_dim * pairs * rows * shape.heads  # DESIGN.md §7
+    torch.manual_seed(plan.seed)
+    model = build_model(torch, shape, lambda *a: None, device, dtype)
+    init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    del model
+    ref_out = None
+    for impl in impls:
+        if time.monotonic() > deadline:
+            result["impls"][impl.name] = {"skipped": "time budget spent"}
+            log(f"  {seqlen}: {impl.name} skipped (time budget)")
+            continue
+        try:
+            reset_peak(torch)
+            masks = [impl.prepare(b) for b in batches]
+            t_f, t_fb, out = attention_alone(torch, impl, batches, masks, shape, dtype,
+                                             device, plan.attn_reps)
+            if ref_out is None:
+                ref_out, rel = out, 0.0
+            else:
+                rel = float((out - ref_out).norm() / ref_out.norm())
+            del out
+            model = build_model(torch, shape, impl, device, dtype)
+            model.load_state_dict(init_state)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-5,
+                                    fused=torch.cuda.is_available())
+            reset_peak(torch)
+            bar = progress_bar(f"{seq_label(seqlen)} {impl.name}", plan.warmup + plan.steps)
+            times, loss0 = train_steps(torch, model, opt, batches, masks, plan.warmup, plan.steps,
+                                       bar)
+            step = statistics.median(times)
+            result["impls"][impl.name] = {
+                "step_s": step, "step_s_all": times, "tokens_per_s": real / step,
+                "attn_fwd_s": t_f, "attn_fwd_bwd_s": t_fb,
+                "attn_share": min(1.0, shape.layers * t_fb / step),
+                "attn_tflops_fwd": attn_flop_fwd / t_f / 1e12,
+                "attn_tflops_fwd_bwd": 3.5 * attn_flop_fwd / t_fb / 1e12,
+                "peak_mem_bytes": peak_memory(torch),
+                "mask_bytes": statistics.mean(m["bytes"] for m in masks),
+                "mask_build_s": statistics.mean(m["build_s"] for m in masks),
+                "first_loss": loss0, "attn_out_rel_err_vs_first": rel,
+            }
+            log(f"  {seqlen}: {impl.name} step {step * 1e3:.1f} ms, attn fwd+bwd {t_fb * 1e3:.2f} "
+                f"ms, rel err {rel:.2e}, loss {loss0:.4f}")
+            del model, opt, masks
+        except Exception as exc:  # a missing binding or an OOM must not lose the other results
+            result["impls"][impl.name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            log(f"  {seqlen}: {impl.name} FAILED: {type(exc).__name__}: {exc}")
+            model = opt = masks = None
+        reset_peak(torch)
+    fm = result["impls"].get("flashmask", {})
+    for other in ("dense", "flex"):
+        o = result["impls"].get(other, {})
+        if "step_s" in fm and "step_s" in o:
+            result[f"speedup_vs_{other}"] = o["step_s"] / fm["step_s"]
+            result[f"attn_speedup_vs_{other}"] = o["attn_fwd_bwd_s"] / fm["attn_fwd_bwd_s"]
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Reporting
+# ----------------------------------------------------------------------------------------------
+def seq_label(seqlen: int) -> str:
+    return f"{seqlen // 1024}K" if seqlen % 1024 == 0 else str(seqlen)
+
+
+def progress_bar(desc, total):
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=total, desc=desc, leave=False, file=sys.stderr)
+
+        def update(done, _total):
+            bar.update(done - bar.n)
+            if done == _total:
+                bar.close()
+        return update
+    except ImportError:
+        return lambda done, total: None
+
+
+def table(results) -> str:
+    head = (f"{'S':>6} {'attention':<10} {'step ms':>9} {'tok/s':>9} {'attn%':>6} {'attn ms':>9} "
+            f"{'attn TF/s':>9} {'peak GB':>8} {'mask MB':>9} {'loss0':>7}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        for name, m in r["impls"].items():
+            if "step_s" not in m:
+                lines.append(f"{r['seqlen']:>6} {name:<10} {m.get('error') or m.get('skipped')}")
+                continue
+            peak = m["peak_mem_bytes"] / 2**30 if m["peak_mem_bytes"] else float("nan")
+            lines.append(
+                f"{r['seqlen']:>6} {name:<10} {m['step_s'] * 1e3:9.1f} {m['tokens_per_s']:9.0f} "
+                f"{100 * m['attn_share']:5.1f}% {m['attn_fwd_bwd_s'] * 1e3:9.2f} "
+                f"{m['attn_tflops_fwd_bwd']:9.1f} {peak:8.1f} {m['mask_bytes'] / 2**20:9.2f} "
+                f"{m['first_loss']:7.4f}")
+        for other in ("dense", "flex"):
+            if f"speedup_vs_{other}" in r:
+                lines.append(f"{'':>6} flashmask step {r[f'speedup_vs_{other}']:.2f}x vs {other} "
+                             f"(attention alone {r[f'attn_speedup_vs_{other}']:.2f}x)")
+    return "\n".join(lines)
+
+
+def plot(report, png_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    results = report["results"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(IMPLS)
+    for i, name in enumerate(IMPLS):
+        xs, tps, steps = [], [], []
+        for j, r in enumerate(results):
+            m = r["impls"].get(name, {})
+            if "step_s" in m:
+                xs.append(j + (i - 1) * width)
+                tps.append(m["tokens_per_s"] / 1e3)
+                steps.append(m["step_s"] * 1e3)
+        axes[0].bar(xs, tps, width, label=name)
+        axes[1].bar(xs, steps, width, label=name)
+    labels = [f"{seq_label(r['seqlen'])} x{r['rows']}" for r in results]
+    for ax, title in zip(axes, ("real tokens/s (thousands)", "step time (ms)")):
+        ax.set_xticks(range(len(results)), labels)
+        ax.set_title(title)
+        ax.legend()
+    s = report["shape"]
+    fig.suptitle(f"{s['layers']}-layer Llama-2-7B-shaped stack, packed {report['plan']['dataset']} "
+                 f"documents — {report['device']}, torch {report['torch']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+
+
+def git_commit() -> str:
+    if os.environ.get("FM_COMMIT"):
+        return os.environ["FM_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------------------------
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny CPU run (fp32, eager flex forward only)")
+    p.add_argument("--seqlens", type=int, nargs="+", help="row lengths (default 32768 8192)")
+    p.add_argument("--layers", type=int, help="decoder layers (default 4)")
+    p.add_argument("--tokens-per-step", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--dataset", choices=("mix", "gsm8k", "hh_rlhf"))
+    p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    p.add_argument("--time-budget-s", type=float, default=1e9,
+                   help="skip the remaining attentions once this many seconds have passed")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "e2e_h200.json")
+    p.add_argument("--replot", type=Path, help="only redraw the PNG of this JSON")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.replot:
+        report = json.loads(args.replot.read_text())
+        plot(report, args.replot.with_suffix(".png"))
+        return 0
+    t_start = time.monotonic()
+    deadline = t_start + args.time_budget_s
+    import torch
+
+    shape, plan = ModelShape(), RunPlan()
+    if args.smoke:
+        smoke_settings(shape, plan)
+    for key in ("seqlens", "layers", "tokens_per_step", "steps", "warmup", "dataset"):
+        val = getattr(args, key)
+        if val is not None:
+            setattr(shape if key == "layers" else plan, key, val)
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.smoke:
+        print("no CUDA device: the real run needs the H200; use --smoke on a CPU", file=sys.stderr)
+        return 2
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    lengths = load_lengths(plan.dataset, scale=16 if args.smoke else 1)
+
+    def log(msg):
+        print(f"[{time.monotonic() - t_start:6.1f}s] {msg}", flush=True)
+
+    impls = []
+    for name in args.impls:
+        try:
+            if name == "flashmask":
+                impls.append(FlashMaskAttention(torch))
+            elif name == "dense":
+                impls.append(DenseSDPAAttention(torch))
+            elif cuda:
+                impls.append(FlexAttention(torch, compile_kernel=True))
+            else:
+                log("flex skipped: FlexAttention has no backward on the CPU")
+        except Exception as exc:  # e.g. the binding is not built here
+            log(f"{name} unavailable: {type(exc).__name__}: {exc}")
+    if cuda and any(i.name == "dense" for i in impls):
+        pick_dense_backend(torch, impls, log)
+
+    results = []
+    for seqlen in plan.seqlens:
+        log(f"S={seqlen}: {max(1, plan.tokens_per_step // seqlen)} rows")
+        results.append(run_seqlen(torch, args, shape, plan, seqlen, lengths, device, dtype, impls,
+                                  deadline, log))
+    report = {
+        "benchmark": "e2e_h200", "command": "python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
+        "commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
+        "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+        "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""),
+        "smoke": args.smoke, "shape": asdict(shape), "plan": asdict(plan),
+        "dense_backends": [str(b) for b in getattr(next((i for i in impls if i.name == "dense"),
+                                                        None), "backends", [])],
+        "counting": "tokens/s = real (non-padding) tokens per step / median step time; attention "
+                    "FLOPs = 4*D*pairs*H fwd, 2.5x that bwd, over exactly the unmasked pairs",
+        "wall_s": time.monotonic() - t_start, "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    print(table(results))
+    log(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+def pick_dense_backend(torch, impls, log):
+    """Keeps the faster masked SDPA backend (cuDNN or memory-efficient) at a 4K probe, fwd+bwd."""
+    from torch.nn.attention import SDPBackend
+    dense = next(i for i in impls if i.name == "dense")
+    s, h, d = 4096, 32, 128
+    q, k, v = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    mask = torch.ones(s, s, dtype=torch.bool, device="cuda").tril_()[None, None]
+    best = None
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        dense.backends = [backend]
+        try:
+            def run():
+                dense(q, k, v, mask).sum().backward()
+            run()
+            t = statistics.median(timed(torch, run) for _ in range(3))
+            log(f"dense probe {backend.name}: {t * 1e3:.2f} ms fwd+bwd at 4K")
+            if best is None or t < best[0]:
+                best = (t, backend)
+        except Exception as exc:
+            log(f"dense probe {backend.name} failed: {type(exc).__name__}: {exc}")
+    dense.backends = [best[1]] if best else [SDPBackend.EFFICIENT_ATTENTION]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
