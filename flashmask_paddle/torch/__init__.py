@@ -1,0 +1,25 @@
+"""PyTorch binding of the FlashMask kernels: the same launcher as the Paddle op, through the C ABI.
+
+    from flashmask_paddle.torch import flashmask_attention
+    from flashmask_paddle import masks
+    idx, causal = masks.causal_document([300, 200, 524])
+    out = flashmask_attention(q, k, v, torch.from_numpy(idx).cuda(), causal=causal)
+
+Layout ``[B, S, H, D]`` and mask semantics as ``flashmask_paddle.flashmask_attention``
+(DESIGN.md §2). CUDA tensors run the CUDA kernels on the current stream (fp16/bf16); CPU tensors
+run the CPU kernels (fp32/fp16/bf16). Importing this needs torch, not paddle. The library is found
+or built on first use (see ``_build.py`` for ``FLASHMASK_LIB`` and the build cache).
+"""
+from __future__ import annotations
+
+from ._function import flashmask_attention
+from ._ops import set_output_allocator
+
+__all__ = ["flashmask_attention", "set_output_allocator", "load_library"]
+
+
+def load_library():
+    """Finds or builds libflashmask now (otherwise done on the first call); returns the ctypes handle."""
+    from ._capi import load_library as _load
+
+    return _load()

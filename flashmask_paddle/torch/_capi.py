@@ -1,0 +1,97 @@
+"""ctypes mirror of paddle_ops/capi/flashmask_capi.h and the loader of libflashmask.
+
+Keep the two structures field-for-field identical to the header (ctypes applies the same C
+alignment rules, so the layouts match). `load_library()` returns a ready ctypes.CDLL.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+from ._build import find_or_build_library
+
+ABI_VERSION = 1  # FLASHMASK_CAPI_VERSION
+
+
+class FmTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("batch_stride", ctypes.c_int64),
+        ("row_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+    ]
+
+
+class FmArgs(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_k", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("q", FmTensor),
+        ("k", FmTensor),
+        ("v", FmTensor),
+        ("out", FmTensor),
+        ("lse", ctypes.c_void_p),
+        ("startend_row_indices", ctypes.c_void_p),
+        ("mask_heads", ctypes.c_int32),
+        ("mask_cols", ctypes.c_int32),
+        ("dout", FmTensor),
+        ("dq", FmTensor),
+        ("dk", FmTensor),
+        ("dv", FmTensor),
+        ("deterministic", ctypes.c_int32),
+    ]
+
+
+_ARGS = ctypes.POINTER(FmArgs)
+_SIGNATURES = {
+    "fm_abi_version": ([], ctypes.c_int),
+    "fm_last_error": ([], ctypes.c_char_p),
+    "fm_has_cuda": ([], ctypes.c_int),
+    "fm_fwd_cpu": ([_ARGS], ctypes.c_int),
+    "fm_bwd_cpu": ([_ARGS], ctypes.c_int),
+    "fm_fwd_workspace_bytes": ([_ARGS, ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "fm_bwd_workspace_bytes": ([_ARGS, ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "fm_fwd_cuda": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
+    "fm_bwd_cuda": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
+}
+
+_lock = threading.Lock()
+_lib = None
+
+
+def load_library() -> ctypes.CDLL:
+    """The process-wide libflashmask (found or built on first use, see _build.py)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            path = find_or_build_library()
+            lib = ctypes.CDLL(os.fspath(path))
+            for name, (argtypes, restype) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = argtypes, restype
+            version = lib.fm_abi_version()
+            if version != ABI_VERSION:
+                raise RuntimeError(
+                    f"{path} speaks C ABI version {version}, this binding expects {ABI_VERSION}; "
+                    "rebuild the library (unset FLASHMASK_LIB or point it at a fresh build)")
+            lib.fm_path = os.fspath(path)
+            _lib = lib
+        return _lib
+
+
+def check(lib: ctypes.CDLL, rc: int, call: str) -> None:
+    """Raises the library's thread-local error message when a C ABI call failed."""
+    if rc == 0:
+        return
+    msg = (lib.fm_last_error() or b"").decode(errors="replace")
+    if rc == 1:  # bad argument: the same class the Python validation raises
+        raise ValueError(f"{call}: {msg}")
+    raise RuntimeError(f"{call} failed (code {rc}): {msg}")

@@ -1,0 +1,120 @@
+"""Forward and backward calls into libflashmask for torch tensors (no autograd here).
+
+Outputs and workspace are allocated by torch on the input's device, and CUDA kernels run on the
+current torch stream of that device. `set_output_allocator` lets tests hand out poisoned memory
+(NaN outputs, garbage workspace) so that an element the kernels fail to write is caught.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Callable, Optional
+
+import torch
+
+from . import _capi
+
+_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_CUDA_DTYPES = (torch.float16, torch.bfloat16)
+
+# (shape, dtype, device) -> tensor; torch.empty by default.
+Allocator = Callable[[tuple, torch.dtype, torch.device], torch.Tensor]
+_allocator: Optional[Allocator] = None
+
+
+def set_output_allocator(fn: Optional[Allocator]) -> Optional[Allocator]:
+    """Installs `fn` for every output/gradient/workspace allocation (None: torch.empty). Returns the old one."""
+    global _allocator
+    old, _allocator = _allocator, fn
+    return old
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    if _allocator is not None:
+        return _allocator(tuple(shape), dtype, device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def kernel_ready(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when the kernels can read it in place: head dim contiguous, 16-byte aligned base and
+    strides (vectorised loads); otherwise a contiguous copy."""
+    item = t.element_size()
+    ok = (t.stride(-1) == 1 or t.shape[-1] == 1) and t.data_ptr() % 16 == 0 and all(
+        (s * item) % 16 == 0 or n == 1 for s, n in zip(t.stride()[:-1], t.shape[:-1]))
+    return t if ok else t.contiguous()
+
+
+def _view(t: Optional[torch.Tensor]) -> _capi.FmTensor:
+    if t is None:
+        return _capi.FmTensor(None, 0, 0, 0)
+    return _capi.FmTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+
+
+def _args(q, k, v, out, lse, indices, causal, scale) -> _capi.FmArgs:
+    b, sq, hq, d = q.shape
+    a = _capi.FmArgs()
+    a.dtype = _DTYPE_CODES[q.dtype]
+    a.batch, a.seqlen_q, a.seqlen_k = b, sq, k.shape[1]
+    a.heads_q, a.heads_k, a.head_dim = hq, k.shape[2], d
+    a.softmax_scale = float(scale)
+    a.causal = int(bool(causal))
+    a.q, a.k, a.v, a.out = _view(q), _view(k), _view(v), _view(out)
+    a.lse = lse.data_ptr() if lse is not None else None
+    if indices is not None:
+        a.startend_row_indices = indices.data_ptr()
+        a.mask_heads, a.mask_cols = indices.shape[1], indices.shape[3]
+    return a
+
+
+def _workspace(lib, query, args, device) -> tuple[Optional[torch.Tensor], int]:
+    nbytes = ctypes.c_size_t(0)
+    _capi.check(lib, query(ctypes.byref(args), ctypes.byref(nbytes)), query.__name__)
+    if nbytes.value == 0:
+        return None, 0
+    ws = _empty((nbytes.value,), torch.uint8, device)
+    return ws, ws.data_ptr()
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def forward(q, k, v, indices, causal: bool, scale: float):
+    """Returns (out [B, Sq, Hq, D] like q, lse float32 [B, Hq, Sq]). Inputs already validated."""
+    lib = _capi.load_library()
+    b, sq, hq, d = q.shape
+    out = _empty((b, sq, hq, d), q.dtype, q.device)
+    lse = _empty((b, hq, sq), torch.float32, q.device)
+    args = _args(q, k, v, out, lse, indices, causal, scale)
+    if q.is_cuda:
+        with torch.cuda.device(q.device):
+            ws, ws_ptr = _workspace(lib, lib.fm_fwd_workspace_bytes, args, q.device)
+            _capi.check(lib, lib.fm_fwd_cuda(ctypes.byref(args), ws_ptr, _stream(q.device)), "fm_fwd_cuda")
+            del ws  # the caching allocator keeps it reserved for this stream until the kernel is done
+    else:
+        _capi.check(lib, lib.fm_fwd_cpu(ctypes.byref(args)), "fm_fwd_cpu")
+    return out, lse
+
+
+def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deterministic: bool):
+    """Returns (dq like q, dk like k, dv like v), dk/dv reduced over each GQA group."""
+    lib = _capi.load_library()
+    dout = kernel_ready(dout)
+    dq = _empty(tuple(q.shape), q.dtype, q.device)
+    dk = _empty(tuple(k.shape), k.dtype, k.device)
+    dv = _empty(tuple(v.shape), v.dtype, v.device)
+    args = _args(q, k, v, out, lse, indices, causal, scale)
+    args.dout, args.dq, args.dk, args.dv = _view(dout), _view(dq), _view(dk), _view(dv)
+    args.deterministic = int(bool(deterministic))
+    if q.is_cuda:
+        with torch.cuda.device(q.device):
+            ws, ws_ptr = _workspace(lib, lib.fm_bwd_workspace_bytes, args, q.device)
+            _capi.check(lib, lib.fm_bwd_cuda(ctypes.byref(args), ws_ptr, _stream(q.device)), "fm_bwd_cuda")
+            del ws
+    else:
+        _capi.check(lib, lib.fm_bwd_cpu(ctypes.byref(args)), "fm_bwd_cpu")
+    return dq, dk, dv
+
+
+def deterministic_from_env() -> bool:
+    return os.environ.get("FLASHMASK_DETERMINISTIC", "0").strip().lower() in ("1", "true", "on", "yes")

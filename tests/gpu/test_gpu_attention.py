@@ -1,0 +1,136 @@
+"""CUDA kernels through the torch binding vs the fp64 reference: forward, LSE and dq/dk/dv.
+
+Every call runs with poisoned outputs (NaN) and workspace (0xFF), so an element the kernels do not
+write fails. Seeds are fresh each session (FLASHMASK_TEST_SEED=N replays one); failures print it.
+Skipped as a whole where torch or a CUDA device is missing (CI).
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from gpu_harness import FORMS, GPU_DTYPES, Case, check, form_id, fuzz_bounds  # noqa: E402
+
+from flashmask_paddle import masks  # noqa: E402
+
+SEED = int(os.environ.get("FLASHMASK_TEST_SEED") or random.randrange(1 << 30))
+print(f"tests/gpu seed: FLASHMASK_TEST_SEED={SEED}")
+
+
+def fuzzed_case(form, *, seed_offset, batch=2, seqlen_q=129, seqlen_k=None, heads_q=2, heads_k=2,
+                mask_heads=1, head_dim=128, dtype="bf16", **kw) -> Case:
+    seqlen_k = seqlen_q if seqlen_k is None else seqlen_k
+    seed = SEED + seed_offset
+    rng = np.random.default_rng(seed)
+    idx = fuzz_bounds(rng, form, batch, mask_heads, seqlen_q, seqlen_k)
+    return Case(batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q, heads_k=heads_k,
+                head_dim=head_dim, dtype=dtype, causal=form[0], indices=idx, seed=seed, **kw)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("seqlen", [1, 17, 127, 129, 1000])
+@pytest.mark.parametrize("form", FORMS, ids=form_id)
+def test_every_form_and_length_matches_reference(form, seqlen, dtype):
+    check(fuzzed_case(form, seed_offset=seqlen, seqlen_q=seqlen, dtype=dtype))
+
+
+@pytest.mark.parametrize("seqlens", [(17, 129), (129, 17), (100, 1000), (1000, 100), (1, 129), (129, 1)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("form", FORMS, ids=form_id)
+def test_sq_ne_sk_uses_bottom_right_causal_alignment(form, seqlens):
+    sq, sk = seqlens
+    check(fuzzed_case(form, seed_offset=7 * sq + sk, seqlen_q=sq, seqlen_k=sk, head_dim=64, dtype="bf16"))
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("form", [(True, 1), (False, 4), (True, None)], ids=form_id)
+def test_head_dims(form, head_dim, dtype):
+    check(fuzzed_case(form, seed_offset=head_dim, seqlen_q=257, seqlen_k=201, head_dim=head_dim, dtype=dtype))
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (4, 1)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
+@pytest.mark.parametrize("mask_heads", ["1", "Hk", "Hq"])
+@pytest.mark.parametrize("form", [(True, 2), (False, 2)], ids=form_id)
+def test_gqa_and_mask_head_broadcast(form, mask_heads, heads):
+    hq, hk = heads
+    hm = {"1": 1, "Hk": hk, "Hq": hq}[mask_heads]
+    check(fuzzed_case(form, seed_offset=hq * 10 + hk + hm, seqlen_q=200, seqlen_k=333, heads_q=hq,
+                      heads_k=hk, mask_heads=hm, head_dim=64))
+
+
+@pytest.mark.parametrize("case", ["causal_document-bf16-D128", "global_sliding-fp16-D64"])
+def test_long_sequence_4097(case):
+    if case.startswith("causal_document"):
+        form, dtype, d = (True, 1), "bf16", 128
+    else:
+        form, dtype, d = (False, 4), "fp16", 64
+    check(fuzzed_case(form, seed_offset=4097, batch=1, seqlen_q=4097, heads_q=2, heads_k=1, head_dim=d,
+                      dtype=dtype))
+
+
+def _builder_masks(rng, s):
+    docs = _doc_lens(rng, s)
+    prefixes = [int(rng.integers(0, d + 1)) for d in docs]
+    q = s // 3
+    return {
+        "causal_document": masks.causal_document(docs),
+        "document": masks.document(docs),
+        "share_question": masks.share_question(q, [(s - q) // 2, s - q - (s - q) // 2]),
+        "causal_blockwise": masks.causal_blockwise(docs),
+        "prefix_lm_document": masks.prefix_lm_document(docs, prefixes),
+        "prefix_lm_causal": masks.prefix_lm_causal(s, s // 2),
+        "sliding_window": masks.sliding_window(s, window_left=s // 8),
+        "sliding_window_bidirectional": masks.sliding_window(s, window_left=s // 10, window_right=s // 7,
+                                                             causal=False),
+        "global_sliding_window": masks.global_sliding_window(s, global_tokens=64, window=(s // 9, s // 11)),
+        "random_eviction": masks.random_eviction(s, cache_size=s // 3, seed=int(rng.integers(1 << 30))),
+    }
+
+
+def _doc_lens(rng, s):
+    lens, left = [], s
+    while left > 0:
+        n = int(min(left, rng.integers(max(1, s // 32), max(2, s // 4) + 1)))
+        lens.append(n)
+        left -= n
+    return lens
+
+
+@pytest.mark.parametrize("name", ["causal_document", "document", "share_question", "causal_blockwise",
+                                  "prefix_lm_document", "prefix_lm_causal", "sliding_window",
+                                  "sliding_window_bidirectional", "global_sliding_window", "random_eviction"])
+def test_paper_masks_from_builders(name):
+    rng = np.random.default_rng(SEED + 11)
+    idx, causal = _builder_masks(rng, 1000)[name]
+    check(Case(batch=1, seqlen_q=1000, seqlen_k=1000, heads_q=4, heads_k=2, head_dim=128, dtype="bf16",
+               causal=causal, indices=np.ascontiguousarray(idx), seed=SEED + 11))
+
+
+def test_fully_masked_rows_give_zero_output_minus_inf_lse_zero_grads():
+    s = 300
+    rng = np.random.default_rng(SEED + 3)
+    idx = fuzz_bounds(rng, (False, 4), 1, 1, s, s)
+    idx[..., 0], idx[..., 1] = 40, 170   # rows [40, 170) masked in every column ...
+    idx[..., 2], idx[..., 3] = 0, 25     # ... and rows [0, 25)
+    idx[:, :, :50, 1] = 200              # a few columns mask more rows
+    err = check(Case(batch=1, seqlen_q=s, seqlen_k=s, heads_q=2, heads_k=2, head_dim=128, causal=False,
+                     indices=idx, seed=SEED + 3))
+    assert err["out_dead_nonzero"] == 0 and err["lse_dead_not_-inf"] == 0 and err["dq_dead_nonzero"] == 0
+
+
+def test_causal_with_more_queries_than_keys_masks_leading_rows():
+    # bottom-right alignment: query i sees keys j <= i + Sk - Sq, so the first Sq - Sk rows see nothing
+    check(Case(batch=1, seqlen_q=300, seqlen_k=100, heads_q=2, heads_k=1, head_dim=64, causal=True,
+               seed=SEED + 5))
+
+
+def test_softmax_scale_is_honoured():
+    check(fuzzed_case((True, 2), seed_offset=13, seqlen_q=190, softmax_scale=0.37))

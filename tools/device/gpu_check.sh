@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# One command for the H200: build libflashmask with CMake, run tests/gpu, compute-sanitizer
+# memcheck + racecheck on a small case, and optionally the kernel benchmark.
+#
+# Through the device tool (repo root; the CuTe headers travel as .third_party):
+#   run(command="bash tools/device/gpu_check.sh", carry=[".third_party"])
+#   run(command="bash tools/device/gpu_check.sh --bench '--seqlens 8192 32768 --head-dims 128 --dtypes bf16'",
+#       carry=[".third_party"])
+# Options:
+#   --bench "ARGS"   also run benchmarks/kernel_bench.py ARGS (JSON + PNG to $OUT)
+#   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
+#   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
+#   ARCHS=90 (env)   CUDA archs to build; JOBS=16 (env) build parallelism
+# Outputs under $OUT (default ./gpu_check_out): build.log, tests.log, memcheck.log, racecheck.log,
+# bench.log, kernel_h200.json, kernel_h200.png, summary.txt. Exit status: non-zero if any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"
+ARCHS=${ARCHS:-90}
+JOBS=${JOBS:-16}
+BENCH_ARGS="" ; RUN_TESTS=1 ; RUN_SANITIZE=1 ; PYTEST_ARGS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench) BENCH_ARGS="$2"; [ -z "$BENCH_ARGS" ] && BENCH_ARGS=" "; shift 2 ;;
+    --no-tests) RUN_TESTS=0; shift ;;
+    --no-sanitize) RUN_SANITIZE=0; shift ;;
+    --pytest) PYTEST_ARGS="$2"; shift 2 ;;
+    *) echo "unknown option $1 (see the top of $0)"; exit 2 ;;
+  esac
+done
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
+STATUS=0
+note() { echo "$*" | tee -a "$SUMMARY"; }
+step() {  # step NAME LOG CMD...: runs CMD, logs, records time and status
+  local name=$1 log=$2; shift 2
+  local t0=$(date +%s)
+  "$@" > "$log" 2>&1
+  local rc=$?
+  note "$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -n 1 "$log" | cut -c1-150)")"
+  [ $rc -ne 0 ] && STATUS=1
+  return $rc
+}
+
+note "gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') archs=$ARCHS"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$SUMMARY"
+
+BUILD=build/flashmask
+build() {
+  cmake -S paddle_ops -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHMASK_WITH_CUDA=ON \
+        -DFLASHMASK_CUDA_ARCHS="$ARCHS" -DPython3_EXECUTABLE="$(command -v python3)" &&
+  cmake --build $BUILD -j "$JOBS"
+}
+if ! step build "$OUT/build.log" build; then
+  tail -n 40 "$OUT/build.log"; exit 1
+fi
+export FLASHMASK_LIB=$PWD/$BUILD/libflashmask.so
+
+if [ $RUN_TESTS = 1 ]; then
+  step tests "$OUT/tests.log" python3 -m pytest tests/gpu -x -q -p no:cacheprovider $PYTEST_ARGS
+  grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 >> "$SUMMARY"
+fi
+
+if [ $RUN_SANITIZE = 1 ]; then
+  # No caching allocator: every tensor is its own cudaMalloc, so an out-of-bounds access is not
+  # hidden inside a larger pool block.
+  for tool in memcheck racecheck; do
+    extra=""; [ $tool = racecheck ] && extra="--racecheck-report all"
+    step $tool "$OUT/$tool.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+      compute-sanitizer --tool $tool $extra --error-exitcode 3 --print-limit 20 \
+      python3 tools/device/sanitize_case.py
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_case" "$OUT/$tool.log" | tail -n 3 >> "$SUMMARY"
+  done
+fi
+
+if [ -n "$BENCH_ARGS" ]; then
+  step bench "$OUT/bench.log" python3 benchmarks/kernel_bench.py $BENCH_ARGS \
+    --json "$OUT/kernel_h200.json" --png "$OUT/kernel_h200.png"
+  sed -n '/^impl\|^-----\|^flashmask\|^flex\|^cudnn\|^fa2/p' "$OUT/bench.log" | head -n 120
+fi
+
+echo "==== summary"; cat "$SUMMARY"
+exit $STATUS
