@@ -103,16 +103,27 @@ class LoraSection:
                                  ".*gate_proj.*", ".*up_proj.*", ".*down_proj.*"])
 
 
+PREFERENCE_FORMATS = ("hh-rlhf", "ranked")  # see flashmask_paddle.train.preference
+
+
 @dataclass
 class DPOSection:
     beta: float = 0.1
-    reference_free: bool = False
-    loss_type: str = "sigmoid"
+    reference_free: bool = False  # True: no reference model (log-ratios against 0)
+    loss_type: str = field(default="sigmoid", metadata={"choices": (
+        "sigmoid", "hinge", "ipo", "kto_pair", "sppo_hard", "nca_pair", "dpop", "or", "simpo")})
+    label_smoothing: float = 0.0
+    sft_loss_ratio: float = 0.0  # > 0 adds the chosen answers' NLL (PaddleNLP DPOCriterion)
+    # Preference data (data.train_file): hh-rlhf {"chosen","rejected"} or ranked {"prompt","answers"}.
+    data_format: str = field(default="hh-rlhf", metadata={"choices": PREFERENCE_FORMATS})
+    max_prompt_len: int = 256  # over-long groups keep the prompt's last tokens (data.overlong)
 
 
 @dataclass
 class RMSection:
-    num_answers: int = 2
+    num_answers: int = 2  # k answers per prompt, ranked best first; the data must have exactly k
+    data_format: str = field(default="hh-rlhf", metadata={"choices": PREFERENCE_FORMATS})
+    max_prompt_len: int = 256
 
 
 @dataclass
