@@ -1,0 +1,299 @@
+"""Pack documents into fixed-length rows with column-wise masks (numpy only, no paddle).
+
+A :class:`Document` is any token sequence with per-position labels (already shifted, PaddleNLP
+style: ``labels[i]`` is the target predicted at position ``i``, ``IGNORE_INDEX`` = no loss) and,
+optionally, its own position ids and metadata. :func:`pack` places documents into rows of
+``max_length`` tokens by first-fit decreasing, never splitting a document; documents longer than a
+row are truncated or dropped (``overlong``) and counted. Each :class:`Pack` (one row) carries
+input ids, labels, position ids (restarting per document), its ``startend_row_indices``
+``[Hm, S, C]`` and the document boundaries, so DPO/RM, benchmarks and tests can reuse the layout.
+
+The mask of a row comes from ``mask_fn(docs_in_row, seqlen) -> ColumnMask`` (one row); the default is
+:func:`flashmask_paddle.masks.pack_documents` (causal document mask, padding columns fully masked).
+Preference data passes a share-question builder that reads ``Document.meta``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["IGNORE_INDEX", "Document", "Pack", "PackStats", "PackingError", "prompt_response_document",
+           "first_fit_decreasing", "pack", "check_pack", "causal_document_mask", "stack_packs"]
+
+logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100  # PaddleNLP's CrossEntropyLoss ignore_index for labels
+
+
+class PackingError(ValueError):
+    """A pack whose mask, ids or document boundaries disagree."""
+
+
+@dataclass
+class Document:
+    input_ids: Sequence[int]
+    labels: Sequence[int]  # same length; shifted targets, IGNORE_INDEX where no loss
+    position_ids: Optional[Sequence[int]] = None  # default 0..n-1
+    meta: dict = field(default_factory=dict)  # free-form, e.g. {"question_len": q, "answer_lens": [..]}
+
+    def __post_init__(self):
+        if len(self.labels) != len(self.input_ids):
+            raise ValueError(f"Document.labels has {len(self.labels)} entries, expected len(input_ids) = "
+                             f"{len(self.input_ids)}")
+        if self.position_ids is not None and len(self.position_ids) != len(self.input_ids):
+            raise ValueError(f"Document.position_ids has {len(self.position_ids)} entries, expected "
+                             f"len(input_ids) = {len(self.input_ids)}")
+        if len(self.input_ids) == 0:
+            raise ValueError("Document.input_ids is empty; expected at least one token")
+
+    def __len__(self):
+        return len(self.input_ids)
+
+
+def prompt_response_document(prompt_ids, response_ids, bos_id=None, eos_id=None, **meta) -> Document:
+    """``[bos] prompt response [eos]`` with loss only on predicting the response (and eos).
+
+    Position ``i`` is labelled with token ``i + 1`` when that token belongs to the response; the
+    prompt's own tokens and the last position (nothing follows inside the document) get
+    ``IGNORE_INDEX``, so no loss ever crosses into the next document of a pack.
+    """
+    head = ([bos_id] if bos_id is not None else []) + list(prompt_ids)
+    tail = list(response_ids) + ([eos_id] if eos_id is not None else [])
+    if not head:
+        raise ValueError("prompt_response_document: empty prompt and no bos_id; the first response token "
+                         "would have no position to be predicted from")
+    tokens = head + tail
+    labels = [IGNORE_INDEX] * len(tokens)
+    for i in range(len(head) - 1, len(tokens) - 1):
+        labels[i] = tokens[i + 1]
+    return Document(tokens, labels, meta={"prompt_len": len(head), **meta})
+
+
+@dataclass
+class Pack:
+    """One packed row of ``seqlen`` tokens (right padding)."""
+
+    input_ids: np.ndarray  # int64 [S]
+    labels: np.ndarray  # int64 [S], IGNORE_INDEX on padding
+    position_ids: np.ndarray  # int64 [S], restart at 0 per document, 0 on padding
+    startend_row_indices: np.ndarray  # int32 [Hm, S, C]
+    causal: bool
+    doc_ids: list  # indices of the source documents, in row order
+    doc_bounds: list  # [(start, end)] in row coordinates, same order
+
+    @property
+    def num_tokens(self) -> int:
+        return self.doc_bounds[-1][1] if self.doc_bounds else 0
+
+    @property
+    def seqlen(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class PackStats:
+    documents: int = 0
+    packs: int = 0
+    truncated: int = 0
+    dropped: int = 0
+    tokens: int = 0  # real tokens in packs
+    loss_tokens: int = 0
+    padding: int = 0
+    mask_density: float = 0.0  # visible (q, k) pairs / S^2, mean over packs
+    tile_density: float = 0.0  # 128x128 tiles not fully masked, mean over packs
+
+    def summary(self) -> str:
+        fill = self.tokens / max(1, self.tokens + self.padding)
+        return (f"{self.documents} documents -> {self.packs} rows; truncated {self.truncated}, dropped "
+                f"{self.dropped}; {self.tokens} tokens ({self.loss_tokens} with loss), row fill {fill:.1%}, "
+                f"mask density {self.mask_density:.4f}, 128x128 tile density {self.tile_density:.3f}")
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list:
+    """Bins of item indices: longest first, each into the first bin with room. Every length <= capacity.
+
+    Deterministic (ties keep input order). Returns bins in creation order, items in insertion order.
+    """
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and (lengths.min() < 1 or lengths.max() > capacity):
+        raise ValueError(f"every length must be in [1, capacity={capacity}], got min {lengths.min()} "
+                         f"max {lengths.max()}")
+    order = np.argsort(-lengths, kind="stable")
+    bins, room = [], []
+    for i in order:
+        n = int(lengths[i])
+        # linear first-fit over open bins; fine for the tens of thousands of documents of a recipe
+        for b, r in enumerate(room):
+            if r >= n:
+                bins[b].append(int(i))
+                room[b] -= n
+                break
+        else:
+            bins.append([int(i)])
+            room.append(capacity - n)
+    return bins
+
+
+def causal_document_mask(docs: Sequence[Document], seqlen: int):
+    """Default ``mask_fn``: causal inside each document, padding columns fully masked (C=1)."""
+    from flashmask_paddle import masks
+
+    return masks.pack_documents([[len(d) for d in docs]], seqlen, causal=True)
+
+
+def _fit(doc: Document, max_length: int) -> Document:
+    pos = doc.position_ids
+    return dataclasses.replace(doc, input_ids=list(doc.input_ids)[:max_length], labels=list(doc.labels)[:max_length],
+                               position_ids=None if pos is None else list(pos)[:max_length])
+
+
+def _build_row(docs, doc_ids, seqlen, pad_id, mask_fn) -> Pack:
+    ids = np.full(seqlen, pad_id, dtype=np.int64)
+    labels = np.full(seqlen, IGNORE_INDEX, dtype=np.int64)
+    pos = np.zeros(seqlen, dtype=np.int64)
+    bounds, offset = [], 0
+    for d in docs:
+        n = len(d)
+        ids[offset:offset + n] = d.input_ids
+        labels[offset:offset + n] = d.labels
+        pos[offset:offset + n] = np.arange(n) if d.position_ids is None else d.position_ids
+        bounds.append((offset, offset + n))
+        offset += n
+    mask = mask_fn(docs, seqlen)
+    indices = np.asarray(mask.indices, dtype=np.int32)
+    if indices.ndim != 4 or indices.shape[0] != 1:
+        raise PackingError(f"mask_fn must return one row [1, Hm, S, C], got shape {tuple(indices.shape)}")
+    return Pack(ids, labels, pos, indices[0], bool(mask.causal), list(doc_ids), bounds)
+
+
+def pack(documents: Sequence[Document], max_length: int, pad_id: int, *, overlong: str = "truncate",
+         packing: bool = True, mask_fn: Callable = causal_document_mask, shuffle_seed: Optional[int] = None,
+         check: bool = True):
+    """Pack ``documents`` into rows of ``max_length``. Returns ``(packs, stats)``.
+
+    ``overlong``: ``"truncate"`` cuts a longer document to ``max_length``; ``"drop"`` skips it.
+    ``packing=False`` puts one document per row (the padded baseline). ``shuffle_seed`` shuffles the
+    order of the rows (deterministically) so a training run does not see all long documents first.
+    ``check`` runs :func:`check_pack` on every row.
+    """
+    if overlong not in ("truncate", "drop"):
+        raise ValueError(f"overlong must be 'truncate' or 'drop', got {overlong!r}")
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1, got {max_length}")
+    stats = PackStats(documents=len(documents))
+    kept, kept_ids = [], []
+    for i, d in enumerate(documents):
+        if len(d) > max_length:
+            if overlong == "drop":
+                stats.dropped += 1
+                continue
+            d = _fit(d, max_length)
+            stats.truncated += 1
+        kept.append(d)
+        kept_ids.append(i)
+    if stats.truncated or stats.dropped:
+        logger.warning("packing: %d of %d documents longer than max_length=%d were %s", stats.truncated + stats.dropped,
+                       len(documents), max_length, "truncated" if overlong == "truncate" else "dropped")
+    if packing:
+        bins = first_fit_decreasing([len(d) for d in kept], max_length)
+    else:
+        bins = [[i] for i in range(len(kept))]
+    if shuffle_seed is not None:
+        perm = np.random.default_rng(shuffle_seed).permutation(len(bins))
+        bins = [bins[p] for p in perm]
+    from flashmask_paddle import masks
+
+    packs = []
+    visible, tiles = 0.0, 0.0
+    for b in bins:
+        row = _build_row([kept[i] for i in b], [kept_ids[i] for i in b], max_length, pad_id, mask_fn)
+        if check:
+            check_pack(row)
+        idx = row.startend_row_indices[None]
+        visible += float(masks.count_visible(idx, causal=row.causal).mean()) / max_length ** 2
+        tiles += masks.tile_density(idx, causal=row.causal)
+        stats.tokens += row.num_tokens
+        stats.loss_tokens += int((row.labels != IGNORE_INDEX).sum())
+        stats.padding += max_length - row.num_tokens
+        packs.append(row)
+    stats.packs = len(packs)
+    stats.mask_density = visible / max(1, len(packs))
+    stats.tile_density = tiles / max(1, len(packs))
+    return packs, stats
+
+
+def check_pack(p: Pack) -> None:
+    """Raise :class:`PackingError` when a pack's mask, ids and document boundaries disagree.
+
+    Always: array lengths equal ``S``, the indices are a valid ``startend_row_indices`` (dtype,
+    C, bounds), documents are back to back from column 0, padding carries no loss. For the causal
+    C=1 form every row builder here emits: each column sees itself and nothing past its document's
+    end (``j < LTS_j <= doc_end``), and every padding column is fully masked (``LTS_j = 0``).
+    """
+    from flashmask_paddle import masks
+
+    s = len(p.input_ids)
+    for name in ("labels", "position_ids"):
+        if len(getattr(p, name)) != s:
+            raise PackingError(f"pack {name} has length {len(getattr(p, name))}, expected seqlen {s}")
+    idx = p.startend_row_indices
+    if idx.ndim != 3 or idx.shape[1] != s:
+        raise PackingError(f"pack startend_row_indices must be [Hm, S={s}, C], got shape {tuple(idx.shape)}")
+    try:
+        masks.validate(idx[None], p.causal, s)
+    except ValueError as e:
+        raise PackingError(f"pack startend_row_indices invalid: {e}") from None
+    expected_start = 0
+    for k, (a, e) in enumerate(p.doc_bounds):
+        if a != expected_start or e <= a:
+            raise PackingError(f"pack document {k} spans [{a}, {e}), expected to start at {expected_start} "
+                               "and be non-empty (documents back to back from column 0)")
+        expected_start = e
+    end = expected_start
+    if end > s:
+        raise PackingError(f"pack documents end at {end}, past seqlen {s}")
+    if (p.labels[end:] != IGNORE_INDEX).any():
+        raise PackingError(f"pack padding positions [{end}, {s}) carry labels; expected {IGNORE_INDEX}")
+    if p.causal and idx.shape[-1] == 1:
+        lts = idx[..., 0].astype(np.int64)  # [Hm, S]
+        doc_end = np.zeros(s, dtype=np.int64)
+        for a, e in p.doc_bounds:
+            doc_end[a:e] = e
+        cols = np.arange(s)
+        real = cols < end
+        bad = real & ((lts <= cols) | (lts > doc_end)).any(axis=0)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise PackingError(f"pack mask column {j} has LTS={lts[:, j].tolist()}, expected within "
+                               f"({j}, {doc_end[j]}]: a token must see itself and nothing past its document end")
+        bad = ~real & (lts != 0).any(axis=0)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise PackingError(f"pack padding column {j} has LTS={lts[:, j].tolist()}, expected 0 (fully masked)")
+
+
+def stack_packs(packs: Sequence[Pack]) -> dict:
+    """Numpy batch of packs: the model inputs plus ``num_tokens`` and ``visible_pairs`` per row."""
+    from flashmask_paddle import masks
+
+    if not packs:
+        raise ValueError("stack_packs: no packs")
+    seqlens = {p.seqlen for p in packs}
+    if len(seqlens) != 1:
+        raise PackingError(f"stack_packs: rows of different lengths {sorted(seqlens)}")
+    idx = np.stack([p.startend_row_indices for p in packs]).astype(np.int32)
+    causal = packs[0].causal
+    return {
+        "input_ids": np.stack([p.input_ids for p in packs]),
+        "labels": np.stack([p.labels for p in packs]),
+        "position_ids": np.stack([p.position_ids for p in packs]),
+        "attn_mask_startend_row_indices": idx,
+        "num_tokens": np.array([p.num_tokens for p in packs], dtype=np.int64),
+        "visible_pairs": masks.count_visible(idx, causal=causal).mean(axis=1).astype(np.int64),
+    }
