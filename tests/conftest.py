@@ -1,0 +1,33 @@
+"""Shared pytest set-up: fresh random seeds (reproducible on demand) and which op library runs.
+
+Paddle is imported lazily here: tests/gpu runs on a machine without paddle.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+
+def pytest_report_header(config):
+    try:
+        from flashmask_paddle._ops import find_library
+
+        return f"flashmask op library: {find_library()}"
+    except ImportError as err:
+        return f"flashmask op library: not found ({err})"
+
+
+@pytest.fixture
+def seed():
+    """A fresh seed per test (printed, so a failure shows it); FLASHMASK_TEST_SEED=N replays one."""
+    value = int(os.environ.get("FLASHMASK_TEST_SEED", secrets.randbits(32)))
+    print(f"seed={value} (replay with FLASHMASK_TEST_SEED={value})")
+    return value
+
+
+@pytest.fixture
+def rng(seed):
+    return np.random.default_rng(seed)

@@ -1,0 +1,109 @@
+"""The CPU op's forward output and LSE against the fp64 reference, for every mask form, odd
+lengths, Sq != Sk, GQA, every Hm, head dims and dtypes; fully masked rows; tile skipping."""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from flashmask_op_cases import FORMS, SHAPES, TOL, Case, check_forward, make_inputs, reference, run_op
+from flashmask_paddle import flashmask_attention
+
+
+@pytest.mark.parametrize("causal,columns", FORMS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_Sq{}_Sk{}_Hq{}_Hk{}_Hm{}_D{}".format(*s))
+def test_forward_matches_reference_for_every_form_and_shape(rng, causal, columns, shape):
+    b, sq, sk, hq, hk, hm, d = shape
+    check_forward(rng, Case(b, sq, sk, hq, hk, d, causal=causal, columns=columns, mask_heads=hm))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])
+def test_forward_matches_reference_for_every_dtype_and_head_dim(rng, dtype, head_dim):
+    causal, columns = FORMS[int(rng.integers(len(FORMS)))]
+    check_forward(rng, Case(1, 67, 131, 4, 2, head_dim, causal=causal, columns=columns,
+                            mask_heads="hk", dtype=dtype))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_forward_matches_reference_on_random_shapes(data, seed):
+    """Hypothesis over shapes/forms/GQA/Hm/dtype; values drawn from the fixture's fresh seed."""
+    heads_k = data.draw(st.integers(1, 3))
+    case = Case(
+        batch=data.draw(st.integers(1, 2)),
+        seqlen_q=data.draw(st.integers(1, 150)),
+        seqlen_k=data.draw(st.integers(1, 150)),
+        heads_k=heads_k,
+        heads_q=heads_k * data.draw(st.sampled_from([1, 2, 4])),
+        head_dim=data.draw(st.sampled_from([8, 16, 40, 64])),
+        mask_heads=data.draw(st.sampled_from(["1", "hk", "hq"])),
+        dtype=data.draw(st.sampled_from(["float32", "float32", "float16", "bfloat16"])),
+        masked_rows=data.draw(st.booleans()),
+    )
+    case.causal, case.columns = data.draw(st.sampled_from(FORMS))
+    check_forward(np.random.default_rng([seed, data.draw(st.integers(0, 2**31))]), case)
+
+
+@pytest.mark.parametrize("causal,columns", [f for f in FORMS if f[1]])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fully_masked_rows_give_zero_output_and_minus_inf_lse(rng, causal, columns, dtype):
+    case = Case(2, 97, 70, 2, 1, 32, causal=causal, columns=columns, mask_heads="hq",
+                masked_rows=True, dtype=dtype)
+    (out, lse, *_), (want_out, want_lse, *_) = check_forward(rng, case)
+    rows = np.isneginf(want_lse)  # [B, Hq, Sq]
+    assert rows.any(), "the case must contain fully masked rows"
+    out_rows = out.transpose(0, 2, 1, 3)[rows]  # [n, D]
+    assert (out_rows == 0).all(), "fully masked rows must give exactly 0"
+    assert np.isneginf(lse[rows]).all()
+
+
+def test_causal_with_more_queries_than_keys_masks_leading_rows(rng):
+    """Bottom-right alignment: with Sq > Sk, query i sees keys j <= i + Sk - Sq, so the first
+    Sq - Sk rows see nothing."""
+    case = Case(1, 100, 37, 2, 2, 16, causal=True, columns=0)
+    (out, lse, *_), _ = check_forward(rng, case)
+    assert np.isneginf(lse[:, :, :63]).all() and np.isfinite(lse[:, :, 63:]).all()
+    assert (out[:, :63] == 0).all()
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.7, 2.0])
+def test_softmax_scale_is_honoured(rng, scale):
+    for causal, columns in [(True, 2), (False, 0)]:
+        check_forward(rng, Case(1, 45, 77, 2, 1, 24, causal=causal, columns=columns, softmax_scale=scale))
+
+
+def test_default_softmax_scale_is_inverse_sqrt_head_dim(rng):
+    case = Case(1, 30, 30, 2, 2, 36, causal=False, columns=2)
+    q, k, v, dout, idx = make_inputs(rng, case)
+    default = run_op(case, q, k, v, dout, idx)[0]
+    case.softmax_scale = 36 ** -0.5
+    explicit = run_op(case, q, k, v, dout, idx)[0]
+    np.testing.assert_array_equal(default, explicit)
+    case.softmax_scale = 0.5  # and a different scale really changes the result
+    assert np.abs(run_op(case, q, k, v, dout, idx)[0] - default).max() > 1e-3
+
+
+def test_fully_masked_tiles_are_skipped(rng):
+    """Keys 0..127 are masked for every query (whole 64- or 128-wide key blocks), and hold NaN.
+    A kernel that skips fully masked tiles never reads them; one that multiplies masked
+    probabilities (0) by NaN values would return NaN."""
+    sq, sk, d = 150, 200, 32
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, sq, 2, d), (1, sk, 2, d), (1, sk, 2, d)))
+    idx = np.sort(rng.integers(0, sq + 1, size=(1, 1, sk, 1)), axis=2).astype(np.int32)
+    idx[:, :, :128] = 0  # LTS = 0: the whole column is masked
+    k_nan, v_nan = k.copy(), v.copy()
+    k_nan[:, :128] = np.nan
+    v_nan[:, :128] = np.nan
+    tq, tk, tv = (paddle.to_tensor(x, stop_gradient=False) for x in (q, k_nan, v_nan))
+    out = flashmask_attention(tq, tk, tv, paddle.to_tensor(idx), causal=True)
+    out.sum().backward()
+    case = Case(1, sq, sk, 2, 2, d, causal=True, columns=1)
+    want_out, _, want_dq, want_dk, want_dv = reference(case, q, k, v, np.ones_like(q), idx)
+    got = out.numpy()
+    assert np.isfinite(got).all(), "NaN keys in fully masked tiles leaked into the output"
+    np.testing.assert_allclose(got, want_out, atol=TOL["float32"], rtol=TOL["float32"])
+    np.testing.assert_allclose(tq.grad.numpy(), want_dq, atol=TOL["float32"], rtol=TOL["float32"])
+    np.testing.assert_allclose(tk.grad.numpy()[:, 128:], want_dk[:, 128:], atol=TOL["float32"], rtol=TOL["float32"])
+    assert (tv.grad.numpy()[:, :128] == 0).all()
