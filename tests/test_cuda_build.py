@@ -1,0 +1,152 @@
+"""CI compile check of the CUDA code (no GPU needed; skipped where nvcc is absent).
+
+1. libflashmask with FLASHMASK_WITH_CUDA=ON for sm_80 and sm_90 through paddle_ops/CMakeLists.txt
+   (the same build the PyTorch binding and tools/device/gpu_check.sh use), then the C ABI loaded
+   with ctypes reports CUDA and fails cleanly (an error code and a message, no crash) without a GPU.
+2. The Paddle op's GPU source (flashmask_op_gpu.cc) and flashmask_op.cc against the installed
+   paddle's headers with -DPADDLE_NO_PYTHON -DPADDLE_WITH_CUDA -DFLASHMASK_WITH_CUDA (syntax only).
+
+The CMake build lives in /tmp/flashmask_ci_build/<hash of the sources and options>: a rerun with
+unchanged sources is a no-op; ninja rebuilds only what changed otherwise. FLASHMASK_CI_JOBS sets
+the parallelism (default: CPU count, at most 2 TUs at once to bound memory).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OPS = REPO / "paddle_ops"
+ARCHS = ("80", "90")
+
+
+def _nvcc():
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+NVCC = _nvcc()
+pytestmark = pytest.mark.skipif(NVCC is None or shutil.which("cmake") is None,
+                                reason="needs nvcc and cmake (CUDA compile check)")
+
+
+def _cuda_sources():
+    listed = OPS / "sources_cuda.txt"
+    if not listed.is_file():
+        return []
+    lines = (line.split("#", 1)[0].strip() for line in listed.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def _build_key() -> str:
+    h = hashlib.sha256()
+    for path in sorted(OPS.rglob("*")):
+        if path.is_file() and path.suffix in {".h", ".cuh", ".hpp", ".cc", ".cpp", ".cu", ".txt"}:
+            h.update(str(path.relative_to(OPS)).encode())
+            h.update(path.read_bytes())
+    h.update(subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout.encode())
+    h.update(";".join(ARCHS).encode())
+    return h.hexdigest()[:16]
+
+
+def _run(cmd, log, **kw):
+    with open(log, "ab") as f:
+        f.write(("\n$ " + " ".join(map(str, cmd)) + "\n").encode())
+        f.flush()
+        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, **kw)
+    if proc.returncode:
+        tail = Path(log).read_text(errors="replace")[-6000:]
+        pytest.fail(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{tail}")
+
+
+@pytest.fixture(scope="module")
+def cuda_library():
+    root = Path(os.environ.get("FLASHMASK_CI_BUILD_DIR", "/tmp/flashmask_ci_build")) / _build_key()
+    lib, stamp, build, log = root / "libflashmask.so", root / "ok", root / "build", root / "build.log"
+    if not stamp.is_file():
+        build.mkdir(parents=True, exist_ok=True)
+        jobs = os.environ.get("FLASHMASK_CI_JOBS") or str(min(2, os.cpu_count() or 1))
+        t0 = time.time()
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        _run(["cmake", "-S", OPS, "-B", build, *generator, "-DCMAKE_BUILD_TYPE=Release",
+              "-DFLASHMASK_WITH_CUDA=ON", f"-DFLASHMASK_CUDA_ARCHS={';'.join(ARCHS)}",
+              "-DFLASHMASK_NVCC_THREADS=1", f"-DCMAKE_CUDA_COMPILER={NVCC}",
+              "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"], log)
+        _run(["cmake", "--build", build, "-j", jobs], log)
+        shutil.copy2(build / "libflashmask.so", lib)
+        stamp.write_text(f"{time.time() - t0:.0f} s\n")
+    return {"lib": lib, "build": build, "seconds": stamp.read_text().strip()}
+
+
+def test_cuda_library_builds_for_sm80_and_sm90(cuda_library):
+    commands = json.loads((cuda_library["build"] / "compile_commands.json").read_text())
+    cu = [c for c in commands if c["file"].endswith(".cu")]
+    assert len(cu) == len(_cuda_sources()), "every listed .cu file is compiled"
+    for c in cu:
+        if c["file"].endswith("_sm90.cu"):
+            assert "code=sm_90a" in c["command"], c["file"]
+        else:
+            for arch in ARCHS:
+                assert f"code=sm_{arch}" in c["command"], f"{c['file']} lacks sm_{arch}"
+    print(f"CUDA build took {cuda_library['seconds']} (first build of these sources)")
+
+
+def test_cuda_library_reports_errors_without_a_gpu(cuda_library):
+    lib = ctypes.CDLL(str(cuda_library["lib"]))
+    lib.fm_last_error.restype = ctypes.c_char_p
+    assert lib.fm_abi_version() == 1
+    assert lib.fm_has_cuda() == 1
+    # NULL args: rejected as a bad argument before any CUDA call, with a message
+    assert lib.fm_fwd_cuda(None, None, None) == 1
+    assert b"args is NULL" in lib.fm_last_error()
+
+
+def _paddle_include():
+    spec = importlib.util.find_spec("paddle")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    inc = Path(list(spec.submodule_search_locations)[0]) / "include"
+    return inc if (inc / "paddle" / "extension.h").is_file() else None
+
+
+def _cuda_include() -> Path:
+    """The toolkit's include dir, as nvcc itself reports it (nvcc may be a wrapper script)."""
+    out = subprocess.run([NVCC, "--dryrun", "-x", "cu", "-c", "/dev/null", "-o", "/dev/null"],
+                         capture_output=True, text=True)
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.startswith("#$ TOP="):
+            top = Path(line.split("=", 1)[1].strip())
+            for inc in (top / "targets" / "x86_64-linux" / "include", top / "include"):
+                if (inc / "cuda_runtime.h").is_file():
+                    return inc.resolve()
+    pytest.skip("CUDA toolkit headers not found next to nvcc")
+
+
+@pytest.mark.parametrize("source", ["flashmask_op_gpu.cc", "flashmask_op.cc"])
+def test_paddle_op_compiles_with_cuda(source, tmp_path):
+    inc = _paddle_include()
+    if inc is None:
+        pytest.skip("paddle headers not installed")
+    path = OPS / "paddle" / source
+    if not path.is_file():
+        pytest.skip(f"{path} not written yet")
+    cuda_inc = _cuda_include()
+    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-DPADDLE_NO_PYTHON", "-DPADDLE_WITH_CUDA",
+           "-DFLASHMASK_WITH_CUDA", f"-I{inc}", f"-I{inc / 'third_party'}", f"-I{OPS / 'include'}",
+           f"-I{OPS / 'paddle'}", f"-I{OPS}", f"-I{cuda_inc}", f"-I{cuda_inc / 'cccl'}", str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-6000:]}"
