@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     parser.add_argument("recipe", help="YAML recipe, e.g. recipes/sft.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides (values parsed as YAML)")
     parser.add_argument("--print-config", action="store_true", help="print the validated config and exit")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options may sit between overrides
     try:
         cfg = load_config(args.recipe, args.overrides)
         if args.print_config:
