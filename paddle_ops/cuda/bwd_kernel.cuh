@@ -1,0 +1,175 @@
+// The dK/dV kernel of the portable (sm80+) backward, FlashAttention-2 style: one CTA per
+// (key block, head_k, batch) keeps K, V and the dK, dV accumulators on chip and walks the query
+// heads of its GQA group and, per head, only the query blocks whose tile is not fully masked.
+// Per tile: S = Q K^T, P = exp(S * scale - LSE), dP = dO V^T, dS = P * (dP - D),
+// dV += P^T dO, dK += dS^T Q and (unless deterministic) dQ += dS K by fp32 atomics into the
+// workspace. dK/dV are reduced over the group on chip and written once, without atomics.
+#pragma once
+
+#include "bwd_tile_math.cuh"
+#include "bwd_workspace.h"
+
+namespace flashmask {
+namespace bwd {
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p, const Workspace ws) {
+  using Element = typename Tr::Element;
+  constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
+  extern __shared__ __align__(128) char smem_raw[];
+  const int tid = threadIdx.x;
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int n0 = n_block * kBlockN;
+  const int n_valid = min(kBlockN, p.seqlen_k - n0);
+  const int group = p.heads_q / p.heads_k;
+  const int causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  const float scale_log2 = p.softmax_scale * kLog2e;
+
+  // Shared memory: K, V | Q stages | dO stages | P | dS | LSE, D rows | column bounds.
+  Element* smem = reinterpret_cast<Element*>(smem_raw);
+  Element* sK_ptr = smem;
+  Element* sV_ptr = sK_ptr + Tr::kKElems;
+  Element* sQ_ptr = sV_ptr + Tr::kKElems;
+  Element* sdO_ptr = sQ_ptr + Tr::kQStages * Tr::kQElems;
+  Element* sP_ptr = sdO_ptr + Tr::kQStages * Tr::kQElems;
+  Element* sdS_ptr = sP_ptr + Tr::kPElems;
+  float* s_lse = reinterpret_cast<float*>(sdS_ptr + Tr::kPElems);
+  float* s_dpsum = s_lse + kBlockM;
+  ColumnBounds* s_col = reinterpret_cast<ColumnBounds*>(s_dpsum + kBlockM);
+
+  Tensor sK = make_tensor(make_smem_ptr(sK_ptr), typename Tr::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(sV_ptr), typename Tr::SmemLayoutK{});
+  Tensor sKt = make_tensor(make_smem_ptr(sK_ptr), typename Tr::SmemLayoutKt{});
+  Tensor sP = make_tensor(make_smem_ptr(sP_ptr), typename Tr::SmemLayoutP{});
+  Tensor sdS = make_tensor(make_smem_ptr(sdS_ptr), typename Tr::SmemLayoutP{});
+  Tensor sPt = make_tensor(make_smem_ptr(sP_ptr), typename Tr::SmemLayoutPt{});
+  Tensor sdSt = make_tensor(make_smem_ptr(sdS_ptr), typename Tr::SmemLayoutPt{});
+
+  // K and V of this key block (rows past Sk zero-filled).
+  const Element* k_ptr = static_cast<const Element*>(p.k.data) + b * p.k.batch_stride +
+                         int64_t(n0) * p.k.row_stride + hk * p.k.head_stride;
+  const Element* v_ptr = static_cast<const Element*>(p.v.data) + b * p.v.batch_stride +
+                         int64_t(n0) * p.v.row_stride + hk * p.v.head_stride;
+  {
+    Tensor gK = make_tensor(make_gmem_ptr(k_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.k.row_stride, _1{}));
+    Tensor gV = make_tensor(make_gmem_ptr(v_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.v.row_stride, _1{}));
+    load_rows_async<Tr>(gK, sK, n_valid, tid);
+    load_rows_async<Tr>(gV, sV, n_valid, tid);
+    cute::cp_async_fence();
+  }
+
+  typename Tr::MmaSdP mma_sdp;
+  typename Tr::MmadKV mma_dkv;
+  typename Tr::MmadQ mma_dq;
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kD>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kD>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));  // none loaded yet
+  for (int hq = hk * group; hq < (hk + 1) * group; ++hq) {
+    const BlockBounds bb = key_block_bounds(p, ws, b, hq, n_block);
+    const int2 range = query_block_range(bb, n0, p.seqlen_q, p.causal, causal_off, kBlockM);
+    auto tile_kind = [&](int m) {
+      return classify_tile(m * kBlockM, min((m + 1) * kBlockM, p.seqlen_q), n0, n0 + n_valid, bb, p.causal,
+                           causal_off);
+    };
+    auto next_block = [&](int m) {
+      while (m < range.y && tile_kind(m) == TileKind::kMasked) ++m;
+      return m;
+    };
+    int m = next_block(range.x);
+    if (m >= range.y) continue;
+
+    // Column bounds of this head's mask slice (heads sharing a slice reuse them). Read after the
+    // barrier at the top of the first tile; the previous head's reads ended at its last barrier.
+    const int32_t* slice = mask_slice_or_null(p, b, hq);
+    if (slice != loaded_slice) {
+      load_columns<Tr>(p, slice, n0, s_col, tid);
+      loaded_slice = slice;
+    }
+
+    const Element* q_head = static_cast<const Element*>(p.q.data) + b * p.q.batch_stride + hq * p.q.head_stride;
+    const Element* do_head = static_cast<const Element*>(p.dout.data) + b * p.dout.batch_stride + hq * p.dout.head_stride;
+    const int64_t row_base = (int64_t(b) * p.heads_q + hq) * ws.seqlen_q_pad;
+    auto load_q_do = [&](int mb, int stage) {
+      Tensor gQ = make_tensor(make_gmem_ptr(q_head + int64_t(mb) * kBlockM * p.q.row_stride),
+                              Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.q.row_stride, _1{}));
+      Tensor gdO = make_tensor(make_gmem_ptr(do_head + int64_t(mb) * kBlockM * p.dout.row_stride),
+                               Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.dout.row_stride, _1{}));
+      Tensor sQs = make_tensor(make_smem_ptr(sQ_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQ{});
+      Tensor sdOs = make_tensor(make_smem_ptr(sdO_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQ{});
+      const int valid = p.seqlen_q - mb * kBlockM;
+      load_rows_async<Tr>(gQ, sQs, valid, tid);
+      load_rows_async<Tr>(gdO, sdOs, valid, tid);
+      cute::cp_async_fence();
+    };
+
+    int stage = 0;
+    load_q_do(m, stage);
+    while (m < range.y) {
+      const bool need_mask = tile_kind(m) == TileKind::kPartial || n_valid < kBlockN;
+      const int m_next = next_block(m + 1);
+      const bool prefetch = Tr::kQStages > 1 && m_next < range.y;
+      if (prefetch) load_q_do(m_next, stage ^ 1);
+      load_row_vectors<Tr>(ws.lse_log2 + row_base + m * kBlockM, ws.dpsum + row_base + m * kBlockM, s_lse,
+                           s_dpsum, tid);
+      if (prefetch) cute::cp_async_wait<1>();
+      else cute::cp_async_wait<0>();
+      __syncthreads();
+
+      Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQ{});
+      Tensor sdO = make_tensor(make_smem_ptr(sdO_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQ{});
+      Tensor sQt = make_tensor(make_smem_ptr(sQ_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQt{});
+      Tensor sdOt = make_tensor(make_smem_ptr(sdO_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQt{});
+
+      Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      clear(acc_s);
+      clear(acc_dp);
+      gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_s, sQ, sK, mma_sdp, tid);
+      gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_dp, sdO, sV, mma_sdp, tid);
+      p_and_ds<Tr>(acc_s, acc_dp, s_lse, s_dpsum, s_col, need_mask, m * kBlockM, n0, p.seqlen_k, p.causal,
+                   causal_off, scale_log2, tid);
+      store_acc<Tr>(acc_s, sP, 1.f, mma_sdp, tid);
+      store_acc<Tr>(acc_dp, sdS, 1.f, mma_sdp, tid);
+      __syncthreads();
+
+      gemm_ss<typename Tr::LdsmT, typename Tr::LdsmT>(acc_dv, sPt, sdOt, mma_dkv, tid);
+      gemm_ss<typename Tr::LdsmT, typename Tr::LdsmT>(acc_dk, sdSt, sQt, mma_dkv, tid);
+      if (ws.dq_accum != nullptr) {
+        Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kD>>{});
+        clear(acc_dq);
+        gemm_ss<typename Tr::LdsmN, typename Tr::LdsmT>(acc_dq, sdS, sKt, mma_dq, tid);
+        // Padded rows exist in the workspace, so no edge checks.
+        Tensor gdQ = make_tensor(make_gmem_ptr(ws.dq_accum + (row_base + m * kBlockM) * kD),
+                                 Shape<Int<kBlockM>, Int<kD>>{}, Stride<Int<kD>, _1>{});
+        Tensor tdQg = mma_dq.get_thread_slice(tid).partition_C(gdQ);
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dq); ++i) atomicAdd(&tdQg(i), acc_dq(i));
+      }
+      __syncthreads();  // the next prefetch overwrites this stage; P/dS/row vectors are rewritten
+      m = m_next;
+      stage ^= (Tr::kQStages > 1 ? 1 : 0);
+      if (!prefetch && m < range.y) load_q_do(m, stage);
+    }
+  }
+
+  // dK = scale * sum dS^T Q and dV through shared memory (K/V are dead) for 16-byte global stores.
+  cute::cp_async_wait<0>();
+  __syncthreads();
+  store_acc<Tr>(acc_dk, sK, p.softmax_scale, mma_dkv, tid);
+  store_acc<Tr>(acc_dv, sV, 1.f, mma_dkv, tid);
+  __syncthreads();
+  Element* dk_ptr = static_cast<Element*>(p.dk.data) + b * p.dk.batch_stride + int64_t(n0) * p.dk.row_stride +
+                    hk * p.dk.head_stride;
+  Element* dv_ptr = static_cast<Element*>(p.dv.data) + b * p.dv.batch_stride + int64_t(n0) * p.dv.row_stride +
+                    hk * p.dv.head_stride;
+  Tensor gdK = make_tensor(make_gmem_ptr(dk_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.dk.row_stride, _1{}));
+  Tensor gdV = make_tensor(make_gmem_ptr(dv_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.dv.row_stride, _1{}));
+  store_rows<Tr>(sK, gdK, n_valid, tid);
+  store_rows<Tr>(sV, gdV, n_valid, tid);
+}
+
+}  // namespace bwd
+}  // namespace flashmask

@@ -1,0 +1,53 @@
+// Launch sequence of the portable backward for one head dim (instantiated in bwd_hdim{64,128,256}.cu):
+//   prepare_rows -> block_bounds -> dK/dV kernel (+ atomic dQ) -> convert_dq, or, deterministic,
+//   prepare_rows -> block_bounds -> dK/dV kernel (no dQ) -> dq_kernel.
+// Every launch is checked.
+#pragma once
+
+#include <cutlass/numeric_types.h>
+
+#include "bwd_dq_kernel.cuh"
+#include "bwd_kernel.cuh"
+#include "bwd_preprocess.h"
+#include "preprocess.cuh"
+#include "utils.cuh"
+
+namespace flashmask {
+namespace bwd {
+
+template <typename Kernel>
+void set_smem_limit(Kernel kernel, int bytes) {
+  if (bytes > 48 * 1024)
+    FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int kHeadDim, typename Element>
+void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
+  using Tr = Traits<kHeadDim, Element>;
+  launch_prepare_rows(p, ws, stream);
+  launch_block_bounds(p, Tr::kBlockN, ws.bounds, stream);  // preprocess.cuh, shared with the forward
+
+  auto dkdv = dkdv_kernel<Tr>;
+  set_smem_limit(dkdv, Tr::kSmemDkdv);
+  dkdv<<<dim3(ws.n_blocks, p.heads_k, p.batch), Tr::kThreads, Tr::kSmemDkdv, stream>>>(p, ws);
+  FM_CHECK_LAUNCH("dkdv_kernel");
+
+  if (p.deterministic) {
+    auto dq = dq_kernel<Tr>;
+    set_smem_limit(dq, Tr::kSmemDq);
+    const int m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+    dq<<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, Tr::kSmemDq, stream>>>(p, ws);
+    FM_CHECK_LAUNCH("dq_kernel");
+  } else {
+    launch_convert_dq(p, ws, stream);
+  }
+}
+
+template <int kHeadDim>
+void run_bwd_hdim(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
+  if (p.dtype == DType::kBFloat16) run_bwd_typed<kHeadDim, cutlass::bfloat16_t>(p, ws, stream);
+  else run_bwd_typed<kHeadDim, cutlass::half_t>(p, ws, stream);
+}
+
+}  // namespace bwd
+}  // namespace flashmask

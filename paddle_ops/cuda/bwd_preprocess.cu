@@ -1,0 +1,119 @@
+// Kernels around the backward main loop; see bwd_preprocess.h. Memory-bound and cheap: one warp per
+// row with 16-byte loads, no tiling.
+#include "bwd_preprocess.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "utils.cuh"
+
+namespace flashmask {
+namespace bwd {
+namespace {
+
+constexpr int kWarpsPerCta = 8;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Eight 16-bit values <-> floats.
+template <typename T> struct Pack8;
+template <> struct Pack8<__nv_bfloat16> {
+  static __device__ void to_float(const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { float2 x = __bfloat1622float2(h[i]); f[2 * i] = x.x; f[2 * i + 1] = x.y; }
+  }
+  static __device__ __nv_bfloat162 from_float2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct Pack8<__half> {
+  static __device__ void to_float(const uint4& u, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { float2 x = __half22float2(h[i]); f[2 * i] = x.x; f[2 * i + 1] = x.y; }
+  }
+  static __device__ __half2 from_float2(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+template <typename T>
+__global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
+  if (row >= ws.seqlen_q_pad) return;
+  const int64_t r = (int64_t(b) * p.heads_q + h) * ws.seqlen_q_pad + row;
+  float dot = 0.f;
+  if (row < p.seqlen_q) {
+    const T* o = static_cast<const T*>(p.out.data) + b * p.out.batch_stride + row * p.out.row_stride +
+                 h * p.out.head_stride;
+    const T* d = static_cast<const T*>(p.dout.data) + b * p.dout.batch_stride +
+                 row * p.dout.row_stride + h * p.dout.head_stride;
+    for (int c = lane * 8; c < p.head_dim; c += 32 * 8) {
+      float fo[8], fd[8];
+      Pack8<T>::to_float(*reinterpret_cast<const uint4*>(o + c), fo);
+      Pack8<T>::to_float(*reinterpret_cast<const uint4*>(d + c), fd);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot += fo[i] * fd[i];
+    }
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, s);
+  if (lane == 0) {
+    ws.dpsum[r] = dot;
+    // P = exp2(S * scale * log2e - lse_log2): +inf makes P exactly 0 on fully masked rows (LSE = -inf)
+    // and on padding rows, without a branch in the main loop.
+    const float lse = row < p.seqlen_q ? p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + row] : -INFINITY;
+    ws.lse_log2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  }
+  if (ws.dq_accum) {
+    float4* acc = reinterpret_cast<float4*>(ws.dq_accum + r * p.head_dim);
+    for (int c = lane; c < p.head_dim / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+template <typename T>
+__global__ void convert_dq_kernel(BwdParams p, Workspace ws) {
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
+  if (row >= p.seqlen_q) return;
+  const float4* acc = reinterpret_cast<const float4*>(
+      ws.dq_accum + ((int64_t(b) * p.heads_q + h) * ws.seqlen_q_pad + row) * p.head_dim);
+  T* dq = static_cast<T*>(p.dq.data) + b * p.dq.batch_stride + row * p.dq.row_stride + h * p.dq.head_stride;
+  using T2 = decltype(Pack8<T>::from_float2(0.f, 0.f));
+  for (int c = lane; c < p.head_dim / 4; c += 32) {
+    const float4 a = acc[c];
+    T2 lo = Pack8<T>::from_float2(a.x * p.softmax_scale, a.y * p.softmax_scale);
+    T2 hi = Pack8<T>::from_float2(a.z * p.softmax_scale, a.w * p.softmax_scale);
+    T2* out = reinterpret_cast<T2*>(dq + c * 4);
+    out[0] = lo;
+    out[1] = hi;
+  }
+}
+
+dim3 row_grid(const BwdParams& p, int rows) {
+  return dim3((rows + kWarpsPerCta - 1) / kWarpsPerCta, p.heads_q, p.batch);
+}
+
+}  // namespace
+
+void launch_prepare_rows(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
+  const dim3 grid = row_grid(p, ws.seqlen_q_pad);
+  if (p.dtype == DType::kBFloat16)
+    prepare_rows_kernel<__nv_bfloat16><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
+  else
+    prepare_rows_kernel<__half><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
+  FM_CHECK_LAUNCH("prepare_rows");
+}
+
+void launch_convert_dq(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
+  const dim3 grid = row_grid(p, p.seqlen_q);
+  if (p.dtype == DType::kBFloat16)
+    convert_dq_kernel<__nv_bfloat16><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
+  else
+    convert_dq_kernel<__half><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
+  FM_CHECK_LAUNCH("convert_dq");
+}
+
+}  // namespace bwd
+}  // namespace flashmask

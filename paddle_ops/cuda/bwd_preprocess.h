@@ -1,0 +1,18 @@
+// The small kernels around the backward main loop (bwd_preprocess.cu):
+//   prepare_rows   D = rowsum(dO * O), LSE in log2 units (+inf where P must be 0), dQ accumulator zeroed
+//   convert_dq     dQ = softmax_scale * dq_accum, cast to the output dtype and layout
+#pragma once
+
+#include "flashmask/params.h"
+#include "bwd_workspace.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace flashmask {
+namespace bwd {
+
+void launch_prepare_rows(const BwdParams& p, const Workspace& ws, cudaStream_t stream);
+void launch_convert_dq(const BwdParams& p, const Workspace& ws, cudaStream_t stream);
+
+}  // namespace bwd
+}  // namespace flashmask

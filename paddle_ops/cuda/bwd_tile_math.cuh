@@ -1,0 +1,160 @@
+// Device building blocks shared by the dK/dV kernel (bwd_kernel.cuh) and the deterministic dQ kernel
+// (bwd_dq_kernel.cuh): tile loads and stores, the shared-memory GEMM, and the one place that turns
+// S and dP into P and dS (with the element mask on partial tiles).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+#include "flashmask/block.h"
+#include "flashmask/mask.h"
+#include "flashmask/params.h"
+#include "bwd_traits.cuh"
+#include "bwd_workspace.h"
+#include "utils.cuh"
+
+namespace flashmask {
+namespace bwd {
+
+using namespace cute;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// acc += A * B^T with A [M, K] and B [N, K] in shared memory (any swizzled or transposed view).
+// ldmatrix of slice k+1 is issued before the MMAs of slice k.
+template <typename CopyA, typename CopyB, typename TiledMma, typename Acc, typename SA, typename SB>
+__device__ __forceinline__ void gemm_ss(Acc& acc, const SA& sA, const SB& sB, const TiledMma& mma, int tid) {
+  auto thr_mma = mma.get_thread_slice(tid);
+  Tensor rA = thr_mma.partition_fragment_A(make_tensor(sA.data(), get_nonswizzle_portion(sA.layout())));
+  Tensor rB = thr_mma.partition_fragment_B(make_tensor(sB.data(), get_nonswizzle_portion(sB.layout())));
+  auto copy_a = make_tiled_copy_A(CopyA{}, mma);
+  auto copy_b = make_tiled_copy_B(CopyB{}, mma);
+  auto thr_a = copy_a.get_thread_slice(tid);
+  auto thr_b = copy_b.get_thread_slice(tid);
+  Tensor tsA = thr_a.partition_S(sA);
+  Tensor tsB = thr_b.partition_S(sB);
+  Tensor trA = thr_a.retile_D(rA);
+  Tensor trB = thr_b.retile_D(rB);
+  cute::copy(copy_a, tsA(_, _, _0{}), trA(_, _, _0{}));
+  cute::copy(copy_b, tsB(_, _, _0{}), trB(_, _, _0{}));
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(rA); ++k) {
+    if (k + 1 < size<2>(rA)) {
+      cute::copy(copy_a, tsA(_, _, k + 1), trA(_, _, k + 1));
+      cute::copy(copy_b, tsB(_, _, k + 1), trB(_, _, k + 1));
+    }
+    cute::gemm(mma, rA(_, _, k), rB(_, _, k), acc);
+  }
+}
+
+// cp.async a [rows, D] tile whose first `valid_rows` rows exist; the rest of the tile is zero-filled
+// so padding rows contribute exact zeros (never stale shared memory, which could hold NaN bits).
+template <typename Tr, typename GTensor, typename STensor>
+__device__ __forceinline__ void load_rows_async(const GTensor& g, STensor& s, int valid_rows, int tid) {
+  typename Tr::GmemLoad tiled;
+  auto thr = tiled.get_thread_slice(tid);
+  Tensor src = thr.partition_S(g);
+  Tensor dst = thr.partition_D(s);
+  Tensor coord = thr.partition_S(make_identity_tensor(shape(g)));
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(dst); ++m) {
+    if (get<0>(coord(0, m, 0)) < valid_rows) cute::copy(tiled, src(_, m, _), dst(_, m, _));
+    else cute::clear(dst(_, m, _));
+  }
+}
+
+// Store the first `valid_rows` rows of a shared [rows, D] tile to global memory, 16 bytes per thread.
+template <typename Tr, typename STensor, typename GTensor>
+__device__ __forceinline__ void store_rows(const STensor& s, GTensor& g, int valid_rows, int tid) {
+  typename Tr::GmemStore tiled;
+  auto thr = tiled.get_thread_slice(tid);
+  Tensor src = thr.partition_S(s);
+  Tensor dst = thr.partition_D(g);
+  Tensor coord = thr.partition_D(make_identity_tensor(shape(g)));
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(dst); ++m)
+    if (get<0>(coord(0, m, 0)) < valid_rows) cute::copy(tiled, src(_, m, _), dst(_, m, _));
+}
+
+// Cast an fp32 accumulator (times `scale`) to Element and write it into a shared tile.
+template <typename Tr, typename TiledMma, typename Acc, typename STensor>
+__device__ __forceinline__ void store_acc(const Acc& acc, STensor& s, float scale, const TiledMma& mma, int tid) {
+  using Element = typename Tr::Element;
+  Tensor r = make_fragment_like<Element>(acc);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) r(i) = static_cast<Element>(acc(i) * scale);
+  auto tiled = make_tiled_copy_C(typename Tr::StoreAcc{}, mma);
+  auto thr = tiled.get_thread_slice(tid);
+  cute::copy(tiled, thr.retile_S(r), thr.partition_D(s));
+}
+
+// Row vectors of one query tile into shared memory (plain loads; read after the next barrier).
+template <typename Tr>
+__device__ __forceinline__ void load_row_vectors(const float* lse_log2, const float* dpsum, float* s_lse,
+                                                 float* s_dpsum, int tid) {
+  if (tid < Tr::kBlockM) {
+    s_lse[tid] = lse_log2[tid];
+    s_dpsum[tid] = dpsum[tid];
+  }
+}
+
+// Column bounds of key columns [n0, n0 + kBlockN) of one mask slice; columns past Sk (and calls
+// without startend_row_indices) get the empty intervals, so the element mask is uniform code.
+template <typename Tr>
+__device__ __forceinline__ void load_columns(const BwdParams& p, const int32_t* slice, int n0,
+                                             ColumnBounds* s_col, int tid) {
+  for (int j = tid; j < Tr::kBlockN; j += Tr::kThreads) {
+    const int col = n0 + j;
+    s_col[j] = (slice != nullptr && col < p.seqlen_k)
+                   ? load_column_bounds(slice, col, p.mask_form, p.seqlen_q)
+                   : ColumnBounds{p.seqlen_q, p.seqlen_q, 0, 0};
+  }
+}
+
+// In place: acc_s (S) becomes P = exp2(S * scale_log2 - lse_log2) and acc_dp (dP) becomes
+// dS = P * (dP - D). Element masks only when `need_mask` (partial tile or last key block); masked
+// and padding elements get P = 0 and hence dS = 0.
+template <typename Tr, typename Acc>
+__device__ __forceinline__ void p_and_ds(Acc& acc_s, Acc& acc_dp, const float* s_lse, const float* s_dpsum,
+                                         const ColumnBounds* s_col, bool need_mask, int m0, int n0,
+                                         int seqlen_k, bool causal, int causal_off, float scale_log2, int tid) {
+  typename Tr::MmaSdP mma;
+  auto thr = mma.get_thread_slice(tid);
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_s); ++i) {
+    const int r = get<0>(coord(i)), c = get<1>(coord(i));
+    float p = exp2_approx(acc_s(i) * scale_log2 - s_lse[r]);
+    if (need_mask && (n0 + c >= seqlen_k || is_masked(m0 + r, n0 + c, s_col[c], causal, causal_off))) p = 0.f;
+    acc_s(i) = p;
+    acc_dp(i) = p * (acc_dp(i) - s_dpsum[r]);
+  }
+}
+
+// BlockBounds of key block `n_block` as seen by query head `head_q` of batch `b`.
+__device__ __forceinline__ BlockBounds key_block_bounds(const BwdParams& p, const Workspace& ws, int b,
+                                                        int head_q, int n_block) {
+  return ws.bounds[int64_t(ws.slices.index(p, b, head_q)) * ws.n_blocks + n_block];
+}
+
+// This head's [Sk, C] slice of startend_row_indices, or nullptr when the call has none.
+__device__ __forceinline__ const int32_t* mask_slice_or_null(const BwdParams& p, int b, int head_q) {
+  return p.mask_form.has_indices() ? p.mask_slice(b, head_q) : nullptr;
+}
+
+// The query blocks [m_begin, m_end) that can see key block [n0, n_end): clipped by causality and by
+// intervals that cover whole row ranges of every column of the block. Tiles inside the range may
+// still be fully masked (e.g. other documents); classify_tile skips those.
+__device__ __forceinline__ int2 query_block_range(const BlockBounds& bb, int n0, int seqlen_q, bool causal,
+                                                  int causal_off, int block_m) {
+  int row_begin = 0, row_end = seqlen_q;
+  if (causal) row_begin = max(row_begin, n0 - causal_off);
+  if (bb.uts_max <= 0) row_begin = max(row_begin, bb.ute_min);  // rows < ute masked in every column
+  if (bb.lte_min >= seqlen_q) row_end = min(row_end, bb.lts_max);  // rows >= lts masked in every column
+  if (row_begin >= row_end) return make_int2(0, 0);
+  return make_int2(row_begin / block_m, (row_end + block_m - 1) / block_m);
+}
+
+}  // namespace bwd
+}  // namespace flashmask

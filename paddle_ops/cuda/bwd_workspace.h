@@ -1,0 +1,60 @@
+// Device workspace of the backward, carved from the one buffer the skin allocates
+// (bwd_workspace_bytes_cuda). Every region starts 256-byte aligned. Rows are padded to a multiple of
+// block_m so the kernels read LSE/D and add into dQ without edge checks.
+//
+//   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0)
+//   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
+//   bounds    BlockBounds [slices, n_blocks] per key block min/max of the four column bounds, built
+//             by preprocess.cuh's launch_block_bounds (shared with the forward) at block_n
+//   dq_accum  float [B, Hq, Sq_pad, D]  fp32 dQ (atomic mode only; absent when deterministic)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashmask/block.h"
+#include "flashmask/params.h"
+#include "bwd_tile_shape.h"
+#include "preprocess.cuh"
+
+namespace flashmask {
+namespace bwd {
+
+struct Workspace {
+  float* lse_log2 = nullptr;
+  float* dpsum = nullptr;
+  BlockBounds* bounds = nullptr;  // bounds[slices.index(p, b, head_q) * n_blocks + n_block]
+  MaskSlices slices;
+  float* dq_accum = nullptr;      // nullptr in deterministic mode
+  int32_t seqlen_q_pad = 0;       // Sq rounded up to block_m
+  int32_t n_blocks = 0;           // ceil(Sk / block_n)
+};
+
+inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
+
+// Lays the regions out from `base` (nullptr: only count). Returns the total byte count.
+inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws) {
+  const TileShape t = tile_shape(p.head_dim);
+  const int64_t sq_pad = (int64_t(p.seqlen_q) + t.block_m - 1) / t.block_m * t.block_m;
+  const int64_t n_blocks = (int64_t(p.seqlen_k) + t.block_n - 1) / t.block_n;
+  const int64_t rows = int64_t(p.batch) * p.heads_q * sq_pad;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    size_t at = off;
+    off += align256(bytes);
+    return base ? static_cast<char*>(base) + at : nullptr;
+  };
+  Workspace w;
+  w.seqlen_q_pad = static_cast<int32_t>(sq_pad);
+  w.n_blocks = static_cast<int32_t>(n_blocks);
+  w.lse_log2 = reinterpret_cast<float*>(take(rows * sizeof(float)));
+  w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
+  w.slices = MaskSlices::of(p);
+  w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, t.block_n)));
+  if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * p.head_dim * sizeof(float)));
+  if (ws) *ws = w;
+  return off;
+}
+
+}  // namespace bwd
+}  // namespace flashmask
