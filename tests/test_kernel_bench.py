@@ -1,0 +1,40 @@
+"""benchmarks/kernel_bench.py imports without torch and draws the masks DESIGN.md §7 describes."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashmask_paddle import masks
+
+_spec = importlib.util.spec_from_file_location(
+    "kernel_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_bench.py")
+kernel_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kernel_bench)
+
+
+def test_document_lengths_are_drawn_in_s_over_32_to_s_over_4_and_fill_s():
+    rng = np.random.default_rng(0)
+    for s in (1024, 8192, 32768):
+        lens = kernel_bench.doc_lengths(rng, s)
+        assert sum(lens) == s
+        assert all(s // 32 <= n <= s // 4 for n in lens[:-1])
+
+
+@pytest.mark.parametrize("name", kernel_bench.MASKS)
+def test_bench_masks_have_one_row_per_batch_and_match_their_dense_picture(name):
+    cm = kernel_bench.build_mask(name, 512, 3, seed=1)
+    assert cm.indices.shape[:3] == (3, 1, 512) and cm.indices.dtype == np.int32
+    masks.validate(cm.indices, cm.causal, 512)
+    dense = masks.to_dense(cm, seqlen_q=512)
+    assert int(dense.sum()) == int(np.sum(masks.count_visible(cm, seqlen_q=512)))
+    assert 0 < kernel_bench.TILE and 0 < masks.tile_density(cm, seqlen_q=512) <= 1
+
+
+def test_share_question_answers_do_not_see_each_other():
+    cm = kernel_bench.build_mask("share_question", 1024, 1, seed=2)
+    dense = masks.to_dense(cm, seqlen_q=1024)[0, 0]
+    assert dense.sum() < np.tril(np.ones((1024, 1024), bool)).sum()  # sparser than causal
+    assert not dense[np.triu_indices(1024, 1)].any()  # and still causal
