@@ -125,15 +125,6 @@ def test_pack_preferences_truncates_or_drops_long_groups():
         P.pack_preferences([ex], enc, enc_answer, max_length=50, max_prompt_len=12, eos_id=EOS, truncate=False)
 
 
-def test_first_fit_decreasing_places_every_item_once_within_capacity():
-    rng = np.random.default_rng()
-    lengths = rng.integers(1, 60, 200).tolist()
-    bins = P.first_fit_decreasing(lengths, 64)
-    assert sorted(i for b in bins for i in b) == list(range(200))
-    assert all(sum(lengths[i] for i in b) <= 64 for b in bins)
-    assert len(bins) <= 2 * sum(lengths) / 64 + 1
-
-
 def test_split_hh_rlhf_takes_the_dialogue_up_to_the_last_assistant_turn():
     pair = {"chosen": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: how?\n\nAssistant: Like this.",
             "rejected": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: how?\n\nAssistant:  No."}
@@ -180,6 +171,12 @@ def test_unusable_rows_are_skipped_and_an_empty_result_is_an_error(tmp_path):
         P.load_preferences(str(tmp_path / "missing.jsonl"))
     with pytest.raises(ValueError, match="data_format must be one of"):
         P.load_preferences(_write(tmp_path, [good]), data_format="csv")
+
+
+def test_config_offers_every_parser():
+    from flashmask_paddle.train.config import PREFERENCE_FORMATS
+
+    assert PREFERENCE_FORMATS == P.DATA_FORMATS
 
 
 def test_ranked_format_needs_a_fixed_answer_count(tmp_path):

@@ -35,15 +35,14 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .. import masks
+from .packing import first_fit_decreasing  # the one packing heuristic of the recipes
 
 __all__ = [
     "ASSISTANT_TURN", "PreferenceExample", "TokenizedGroup", "GroupSpans", "PackedRow",
-    "split_hh_rlhf", "parse_ranked", "load_preferences", "tokenize_example", "first_fit_decreasing",
-    "build_row", "pack_preferences", "check_row", "collate_dpo", "collate_rm",
+    "split_hh_rlhf", "parse_ranked", "load_preferences", "tokenize_example", "build_row", "pack_preferences", "check_row", "collate_dpo", "collate_rm",
 ]
 
 ASSISTANT_TURN = "\n\nAssistant:"
-DATA_FORMATS = ("hh-rlhf", "ranked")
 
 
 @dataclass(frozen=True)
@@ -160,6 +159,7 @@ def parse_ranked(record, where: str = "record") -> PreferenceExample:
 
 
 _PARSERS = {"hh-rlhf": split_hh_rlhf, "ranked": parse_ranked}
+DATA_FORMATS = tuple(_PARSERS)
 
 
 def load_preferences(path: str, data_format: str = "hh-rlhf", max_examples: int | None = None):
@@ -234,23 +234,6 @@ def tokenize_example(example: PreferenceExample, encode_prompt: Callable[[str], 
     return TokenizedGroup(prompt, tuple(answers)), True
 
 
-def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """Bins of item indices, each summing to at most ``capacity``; longest items placed first."""
-    bins, room = [], []
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        if lengths[i] > capacity:
-            raise ValueError(f"item {i} has length {lengths[i]} > capacity {capacity}")
-        for b, free in enumerate(room):
-            if lengths[i] <= free:
-                bins[b].append(i)
-                room[b] -= lengths[i]
-                break
-        else:
-            bins.append([i])
-            room.append(capacity - lengths[i])
-    return bins
-
-
 def build_row(groups: Sequence[TokenizedGroup], max_length: int, eos_id: int, pad_id: int = 0) -> PackedRow:
     """Lay groups out back to back (layout in the module doc) and right-pad to ``max_length``."""
     if not groups:
@@ -288,8 +271,12 @@ def build_row(groups: Sequence[TokenizedGroup], max_length: int, eos_id: int, pa
 
 
 def pack_preferences(examples: Iterable[PreferenceExample], encode_prompt, encode_answer, *, max_length: int,
-                     max_prompt_len: int, eos_id: int, pad_id: int = 0, truncate: bool = True):
+                     max_prompt_len: int, eos_id: int, pad_id: int = 0, truncate: bool = True,
+                     packing: bool = True, shuffle_seed: int | None = None):
     """Tokenize, truncate or drop, and pack first-fit decreasing: returns ``(rows, stats)``.
+
+    ``packing=False`` puts one group per row. ``shuffle_seed`` shuffles the rows once (the trainers
+    read them in order, so a resumed run replays the same batches).
 
     ``stats`` counts ``groups``, ``truncated``, dropped groups by reason and real ``tokens``.
     """
@@ -306,7 +293,10 @@ def pack_preferences(examples: Iterable[PreferenceExample], encode_prompt, encod
         groups.append(group)
     if not groups:
         raise ValueError(f"no preference group fits max_length={max_length} ({dict(stats)})")
-    bins = first_fit_decreasing([g.length for g in groups], max_length)
+    lengths = [g.length for g in groups]
+    bins = first_fit_decreasing(lengths, max_length) if packing else [[i] for i in range(len(groups))]
+    if shuffle_seed is not None:
+        bins = [bins[i] for i in np.random.default_rng(shuffle_seed).permutation(len(bins))]
     rows = [build_row([groups[i] for i in sorted(b)], max_length, eos_id, pad_id) for b in bins]
     stats["groups"] = len(groups)
     stats["rows"] = len(rows)

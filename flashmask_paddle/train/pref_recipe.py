@@ -1,0 +1,187 @@
+"""What the DPO and reward-model recipes share: packed preference rows from a recipe, the batch
+collator, the trainer mixin for packed rows, and the run skeleton (train, save, summarize).
+
+Rows come from :mod:`.preference` (a prompt and its ranked answers per group, several groups per
+row, the share-question mask); everything else reuses the SFT framework: tokenizer
+(:func:`.tokenizer.get_tokenizer`, trained on the preference texts when no model dir is given),
+``PackedDataset``, ``split_meta`` bookkeeping keys, ``training_args``, ``resolve_resume`` and
+``summarize`` from :mod:`.sft`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import masks
+from . import preference
+from .config import ConfigError
+from .tokenizer import encode, get_tokenizer
+
+__all__ = ["PreferenceStats", "preference_datasets", "make_collator", "PackedMetricsMixin", "run_recipe"]
+
+
+@dataclass
+class PreferenceStats:
+    """Counts from reading and packing preference data (``summary()`` is one log line)."""
+
+    examples: int = 0
+    skipped: dict = field(default_factory=dict)  # unusable rows of the file, by reason
+    groups: int = 0
+    truncated: int = 0
+    dropped: dict = field(default_factory=dict)  # groups that did not fit max_length, by reason
+    packs: int = 0
+    tokens: int = 0
+    padding: int = 0
+    mask_density: float = 0.0  # visible (q, k) pairs / S^2, mean over rows
+    tile_density: float = 0.0  # 128x128 tiles not fully masked, mean over rows
+
+    def summary(self) -> str:
+        fill = self.tokens / max(1, self.tokens + self.padding)
+        return (f"{self.examples} preference rows (skipped {self.skipped or 'none'}) -> {self.groups} groups "
+                f"-> {self.packs} rows; truncated {self.truncated}, dropped {self.dropped or 'none'}; "
+                f"{self.tokens} tokens, row fill {fill:.1%}, mask density {self.mask_density:.4f}, "
+                f"128x128 tile density {self.tile_density:.3f}")
+
+
+def _pack_file(path, cfg, section, tokenizer, num_answers, shuffle_seed):
+    d = cfg.data
+    examples, skipped = preference.load_preferences(path, section.data_format, d.max_samples or None)
+    if len(examples[0].answers) != num_answers:
+        raise ConfigError(f"{path}: rows have {len(examples[0].answers)} answers, the recipe expects "
+                          f"{num_answers} ({cfg.task}.num_answers)" if cfg.task == "rm" else
+                          f"{path}: DPO needs exactly 2 answers (chosen, rejected) per row, got "
+                          f"{len(examples[0].answers)}")
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    rows, counts = preference.pack_preferences(
+        examples, lambda text: bos + encode(tokenizer, text), lambda text: encode(tokenizer, text),
+        max_length=d.max_length, max_prompt_len=section.max_prompt_len, eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id, truncate=d.overlong == "truncate", packing=d.packing,
+        shuffle_seed=shuffle_seed)
+    for row in rows:  # a row whose mask disagrees with its spans must never reach training
+        preference.check_row(row)
+    idx = np.stack([r.mask for r in rows])
+    stats = PreferenceStats(
+        examples=len(examples), skipped=dict(skipped), groups=counts["groups"], truncated=counts["truncated"],
+        dropped={k[len("dropped_"):]: v for k, v in counts.items() if k.startswith("dropped_")},
+        packs=len(rows), tokens=counts["tokens"], padding=len(rows) * d.max_length - counts["tokens"],
+        mask_density=float(masks.count_visible(idx, causal=True).mean() / d.max_length ** 2),
+        tile_density=float(masks.tile_density(idx, causal=True)))
+    return rows, stats
+
+
+def preference_datasets(cfg, section, num_answers: int):
+    """``(tokenizer, train_dataset, eval_dataset or None, train_stats)`` for a DPO/RM recipe."""
+    from .dataset import PackedDataset
+
+    def texts():  # tokenizer training text when no model dir is given (cached by content)
+        examples, _ = preference.load_preferences(cfg.data.train_file, section.data_format, cfg.data.max_samples or None)
+        for e in examples:
+            yield e.prompt
+            yield from e.answers
+
+    tokenizer = get_tokenizer(cfg.model, texts)
+    rows, stats = _pack_file(cfg.data.train_file, cfg, section, tokenizer, num_answers, cfg.train.seed)
+    print(f"[flashmask-train] train data: {stats.summary()}", flush=True)
+    eval_ds = None
+    if cfg.data.eval_file:
+        eval_rows, eval_stats = _pack_file(cfg.data.eval_file, cfg, section, tokenizer, num_answers, None)
+        eval_ds = PackedDataset(eval_rows, eval_stats)
+    return tokenizer, PackedDataset(rows, stats), eval_ds, stats
+
+
+def make_collator(collate):
+    """Wrap a numpy collator (``preference.collate_dpo`` / ``collate_rm``) into paddle tensors plus the
+    ``num_tokens`` / ``visible_pairs`` bookkeeping keys that :class:`PackedMetricsMixin` pops.
+
+    Must not raise on data that passed ``check_row`` (a raising collate_fn hangs paddle's DataLoader).
+    """
+    def collator(rows):
+        import paddle
+
+        batch = collate(rows)
+        batch["num_tokens"] = np.array([r.num_tokens for r in rows], dtype=np.int64)
+        batch["visible_pairs"] = masks.count_visible(batch["attn_mask_startend_row_indices"], causal=True
+                                                     ).mean(axis=1).astype(np.int64)
+        return {k: paddle.to_tensor(v) for k, v in batch.items()}
+
+    return collator
+
+
+class PackedMetricsMixin:
+    """Trainer mixin for packed rows, placed before the PaddleNLP trainer in the bases.
+
+    The same behaviour as ``sft.PackedSFTTrainer`` (which defines it inside its own class):
+    ``compute_loss`` pops the bookkeeping keys and counts real tokens and visible pairs; ``log``
+    adds ``tokens_per_sec`` and ``mask_density`` and keeps every log dict in ``history``;
+    ``_get_train_sampler`` reads rows in order (they were shuffled once with the recipe seed), so a
+    resumed run replays exactly the batches that follow the checkpoint.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._tokens, self._pairs, self._pair_slots = 0, 0.0, 0.0
+        self._t_last = time.perf_counter()
+        self.history = []
+
+    def compute_loss(self, model, inputs, return_outputs=False):
+        from .dataset import split_meta
+
+        inputs, meta = split_meta(inputs)
+        if "num_tokens" in meta and model.training:
+            seqlen = inputs["input_ids"].shape[1]
+            self._tokens += int(meta["num_tokens"].sum())
+            self._pairs += float(meta["visible_pairs"].sum())
+            self._pair_slots += float(len(meta["visible_pairs"]) * seqlen * seqlen)
+        # DPOTrainer.compute_loss takes no return_outputs: pass it only when asked for
+        return super().compute_loss(model, inputs, **({"return_outputs": True} if return_outputs else {}))
+
+    def log(self, logs, **kwargs):
+        if "loss" in logs:
+            now = time.perf_counter()
+            logs["tokens_per_sec"] = round(self._tokens / max(now - self._t_last, 1e-9), 1)
+            if self._pair_slots:
+                logs["mask_density"] = round(self._pairs / self._pair_slots, 5)
+            self._tokens, self._pairs, self._pair_slots, self._t_last = 0, 0.0, 0.0, now
+        result = super().log(logs, **kwargs)  # the trainers below add their metrics to `logs` in place
+        self.history.append(dict(logs))
+        return result
+
+    def _get_train_sampler(self):
+        import paddle
+
+        if self.args.world_size > 1:
+            return super()._get_train_sampler()
+        return paddle.io.BatchSampler(dataset=self.train_dataset, shuffle=False,
+                                      batch_size=self.args.per_device_train_batch_size,
+                                      drop_last=self.args.dataloader_drop_last)
+
+
+def run_recipe(cfg, build_trainer, accuracy_key: str) -> dict:
+    """Build, train (resuming per ``train.resume``), save, evaluate, and write ``summary.json``."""
+    from .integration import flashmask_enabled
+    from .sft import resolve_resume, summarize
+
+    t0 = time.perf_counter()
+    trainer, stats = build_trainer(cfg)
+    resume = resolve_resume(cfg.train)
+    with flashmask_enabled(cfg.attention):
+        trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model(cfg.train.output_dir)
+        eval_metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
+    wall = time.perf_counter() - t0
+    accuracies = [h[accuracy_key] for h in trainer.history if accuracy_key in h]
+    summary = summarize(trainer, stats, wall, {
+        "task": cfg.task, "attention": cfg.attention, "final_accuracy": accuracies[-1] if accuracies else None,
+        "eval_loss": eval_metrics.get("eval_loss"), "eval_accuracy": eval_metrics.get("eval_" + accuracy_key),
+        "resumed_from": resume, "config": cfg.to_dict()})
+    with open(os.path.join(cfg.train.output_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    print(f"[flashmask-train] {cfg.task} done: {summary['global_step']} steps in {wall:.1f} s, final loss "
+          f"{summary['final_loss']}, final accuracy {summary['final_accuracy']}, eval loss "
+          f"{summary['eval_loss']}, {summary['tokens_per_sec']} tokens/s, mask density {summary['mask_density']}",
+          flush=True)
+    return summary
