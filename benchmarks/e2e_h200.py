@@ -495,7 +495,7 @@ def progress_bar(desc, total):
 
 def table(results) -> str:
     head = (f"{'S':>6} {'attention':<10} {'step ms':>9} {'tok/s':>9} {'attn%':>6} {'attn ms':>9} "
-            f"{'attn TF/s':>9} {'peak GB':>8} {'mask MB':>9} {'loss0':>7}")
+            f"{'attn TF/s':>9} {'peak GB':>8} {'mask MB':>9} {'loss0':>7} {'out err':>8}")
     lines = [head, "-" * len(head)]
     for r in results:
         for name, m in r["impls"].items():
@@ -507,7 +507,7 @@ def table(results) -> str:
                 f"{r['seqlen']:>6} {name:<10} {m['step_s'] * 1e3:9.1f} {m['tokens_per_s']:9.0f} "
                 f"{100 * m['attn_share']:5.1f}% {m['attn_fwd_bwd_s'] * 1e3:9.2f} "
                 f"{m['attn_tflops_fwd_bwd']:9.1f} {peak:8.1f} {m['mask_bytes'] / 2**20:9.2f} "
-                f"{m['first_loss']:7.4f}")
+                f"{m['first_loss']:7.4f} {m['attn_out_rel_err_vs_first']:8.1e}")
         for other in ("dense", "flex"):
             if f"speedup_vs_{other}" in r:
                 lines.append(f"{'':>6} flashmask step {r[f'speedup_vs_{other}']:.2f}x vs {other} "
@@ -520,26 +520,28 @@ def plot(report, png_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     results = report["results"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {"flashmask": "tab:blue", "dense": "tab:orange", "flex": "tab:green"}
+    panels = (("real tokens/s (thousands)", lambda m: m["tokens_per_s"] / 1e3, False),
+              ("step time (ms)", lambda m: m["step_s"] * 1e3, False),
+              ("attention fwd+bwd per layer (ms, log)", lambda m: m["attn_fwd_bwd_s"] * 1e3, True))
+    fig, axes = plt.subplots(1, len(panels), figsize=(14, 4))
     width = 0.8 / len(IMPLS)
-    for i, name in enumerate(IMPLS):
-        xs, tps, steps = [], [], []
-        for j, r in enumerate(results):
-            m = r["impls"].get(name, {})
-            if "step_s" in m:
-                xs.append(j + (i - 1) * width)
-                tps.append(m["tokens_per_s"] / 1e3)
-                steps.append(m["step_s"] * 1e3)
-        axes[0].bar(xs, tps, width, label=name)
-        axes[1].bar(xs, steps, width, label=name)
-    labels = [f"{seq_label(r['seqlen'])} x{r['rows']}" for r in results]
-    for ax, title in zip(axes, ("real tokens/s (thousands)", "step time (ms)")):
-        ax.set_xticks(range(len(results)), labels)
-        ax.set_title(title)
-        ax.legend()
+    for ax, (title, value, log) in zip(axes, panels):
+        for i, name in enumerate(IMPLS):
+            pts = [(j + (i - 1) * width, value(r["impls"][name])) for j, r in enumerate(results)
+                   if "step_s" in r["impls"].get(name, {})]
+            if pts:
+                ax.bar([x for x, _ in pts], [y for _, y in pts], width, label=name, color=colors[name])
+        ax.set_xticks(range(len(results)), [f"{seq_label(r['seqlen'])} x{r['rows']}" for r in results])
+        ax.set_title(title, fontsize=10)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
     s = report["shape"]
-    fig.suptitle(f"{s['layers']}-layer Llama-2-7B-shaped stack, packed {report['plan']['dataset']} "
-                 f"documents — {report['device']}, torch {report['torch']}", fontsize=9)
+    kind = "tiny smoke dims" if report.get("smoke") else "Llama-2-7B-shaped"
+    fig.suptitle(f"{s['layers']}-layer {kind} stack (hidden {s['hidden']}, {s['heads']}x{s['head_dim']} "
+                 f"heads), packed {report['plan']['dataset']} documents, {report['dtype']} — "
+                 f"{report['device']}, torch {report['torch']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
