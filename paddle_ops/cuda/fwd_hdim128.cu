@@ -1,0 +1,7 @@
+// Forward kernel instantiations for head dim 128 (float16 and bfloat16); one file per head dim keeps
+// compile units small and parallel.
+#include "fwd_kernel.cuh"
+
+namespace flashmask {
+FM_FWD_INSTANTIATIONS(, 128)
+}  // namespace flashmask

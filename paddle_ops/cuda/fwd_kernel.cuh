@@ -1,0 +1,409 @@
+// The portable (sm80+) FlashMask forward kernel, FlashAttention-2 style, written with CuTe.
+//
+// One CTA per (query block, batch, query head). It walks only the key blocks on its compacted list
+// (preprocess.cuh), so fully masked tiles cost nothing; the element mask (mask.h) runs only on
+// tiles flagged partial and on the tile that crosses Sk. K and V are loaded with cp.async so that
+// V's load overlaps S = Q K^T and the next K's load overlaps the softmax and O += P V.
+// Scores stay fp32; softmax is online with exp2 and the scale folded into one FFMA.
+// Fully masked rows end with a zero row sum: out 0 and LSE -inf, never NaN.
+//
+// Included only by the per-head-dim instantiation files (fwd_hdim*.cu) to keep compile units lean.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/numeric_types.h>
+
+#include "flashmask/mask.h"
+#include "flashmask/params.h"
+#include "fwd_launch.h"
+#include "preprocess.cuh"
+#include "tile_size.h"
+#include "utils.cuh"
+
+namespace flashmask {
+namespace fwd {
+
+using namespace cute;
+
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_, kNThreads = 32 * kNWarps_;
+  static_assert(kHeadDim % 64 == 0, "smem rows are built from 64-element swizzled atoms");
+  static_assert(kBlockM == 16 * kNWarps || kBlockM == 32 * kNWarps, "warps split the query rows");
+
+  using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
+                                     MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
+                                     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
+  using TiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kNWarps>, _1, _1>>,
+                            Tile<Int<16 * kNWarps>, _16, _16>>;
+
+  // 8 x 64 atoms with a 128-byte XOR swizzle: conflict-free for ldmatrix and 16-byte cp.async.
+  using SmemLayoutAtom =
+      decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // V seen as (D, N) for O += P V, read with transposing ldmatrix.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
+
+  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  // 16-byte global accesses, 8 threads per 64-element row segment.
+  static constexpr int kGmemThreadsPerRow = 64 / 8;
+  using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kGmemThreadsPerRow>, Int<kGmemThreadsPerRow>>,
+                                Stride<Int<kGmemThreadsPerRow>, _1>>;
+  using GmemTiledCopyQKV = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemLayoutAtom{},
+      Layout<Shape<_1, _8>>{}));
+  using GmemTiledCopyO = decltype(make_tiled_copy(
+      Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, GmemLayoutAtom{},
+      Layout<Shape<_1, _8>>{}));
+
+  static constexpr int kSmemQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr int kSmemKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes;  // Q, K, V (O reuses Q)
+};
+
+// ---- layout helpers ------------------------------------------------------------------------------
+
+// MMA accumulator ((2,2), MMA_M, MMA_N) -> (rows = (2, MMA_M), cols = (2, MMA_N)).
+template <class Layout>
+__device__ __forceinline__ auto rowcol(Layout const& acc) {
+  auto l = logical_divide(acc, Shape<_2>{});
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+}
+
+// MMA accumulator ((2,2), MMA_M, MMA_N) -> A operand of m16n8k16 ((2,2,2), MMA_M, MMA_N / 2):
+// the probabilities P feed the second GEMM straight from registers.
+template <class Layout>
+__device__ __forceinline__ auto acc_as_a_operand(Layout const& acc) {
+  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});
+  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+}
+
+template <typename To, class Engine, class Layout>
+__device__ __forceinline__ auto convert_to(Tensor<Engine, Layout> const& t) {
+  using From = typename Engine::value_type;
+  constexpr int N = decltype(size(t))::value;
+  Tensor out = make_tensor<To>(t.layout());
+  cutlass::NumericArrayConverter<To, From, N> convert;
+  *reinterpret_cast<cutlass::Array<To, N>*>(out.data()) =
+      convert(*reinterpret_cast<const cutlass::Array<From, N>*>(t.data()));
+  return out;
+}
+
+// ---- copies --------------------------------------------------------------------------------------
+
+// Global -> shared for the rows below `rows_left`; rows past the sequence end are zero-filled so
+// that no garbage (possibly NaN) enters the GEMMs.
+template <class TiledCopy, class Src, class Dst, class Ident>
+__device__ __forceinline__ void copy_rows(TiledCopy const& tiled_copy, Src const& src, Dst& dst,
+                                          Ident const& ident, int rows_left) {
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(src); ++m) {
+    if (get<0>(ident(0, m, 0)) < rows_left) {
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(src); ++k) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
+    } else {
+      cute::clear(dst(_, m, _));
+    }
+  }
+}
+
+// acc += A B with both operands in shared memory, loading k-slice i+1 while multiplying slice i.
+template <class Acc, class RA, class RB, class SA, class SB, class Mma, class CopyA, class CopyB,
+          class ThrCopyA, class ThrCopyB>
+__device__ __forceinline__ void gemm_smem(Acc& acc, RA& rA, RB& rB, SA const& sA, SB const& sB,
+                                          Mma const& mma, CopyA const& copy_a,
+                                          CopyB const& copy_b, ThrCopyA const& thr_a,
+                                          ThrCopyB const& thr_b) {
+  Tensor rA_view = thr_a.retile_D(rA);
+  Tensor rB_view = thr_b.retile_D(rB);
+  cute::copy(copy_a, sA(_, _, _0{}), rA_view(_, _, _0{}));
+  cute::copy(copy_b, sB(_, _, _0{}), rB_view(_, _, _0{}));
+  CUTE_UNROLL
+  for (int i = 0; i < size<2>(rA); ++i) {
+    if (i + 1 < size<2>(rA)) {
+      cute::copy(copy_a, sA(_, _, i + 1), rA_view(_, _, i + 1));
+      cute::copy(copy_b, sB(_, _, i + 1), rB_view(_, _, i + 1));
+    }
+    cute::gemm(mma, rA(_, _, i), rB(_, _, i), acc);
+  }
+}
+
+// acc += A B with A already in registers and B in shared memory.
+template <class Acc, class RA, class RB, class SB, class Mma, class CopyB, class ThrCopyB>
+__device__ __forceinline__ void gemm_reg_smem(Acc& acc, RA const& rA, RB& rB, SB const& sB,
+                                              Mma const& mma, CopyB const& copy_b,
+                                              ThrCopyB const& thr_b) {
+  Tensor rB_view = thr_b.retile_D(rB);
+  cute::copy(copy_b, sB(_, _, _0{}), rB_view(_, _, _0{}));
+  CUTE_UNROLL
+  for (int i = 0; i < size<2>(rA); ++i) {
+    if (i + 1 < size<2>(rA)) cute::copy(copy_b, sB(_, _, i + 1), rB_view(_, _, i + 1));
+    cute::gemm(mma, rA(_, _, i), rB(_, _, i), acc);
+  }
+}
+
+// ---- masking and softmax -------------------------------------------------------------------------
+
+// Sets masked scores (mask.h's is_masked, plus columns past Sk) to -inf. Each thread reads the
+// bounds of each of its columns once per tile (L1-cached; neighbouring lanes share lines).
+template <class Scores, class Coords>
+__device__ __forceinline__ void apply_mask(Scores& scores, Coords const& coords, int row0, int col0,
+                                           const FwdParams& p, const int32_t* mask_cols,
+                                           int32_t causal_off) {
+  CUTE_UNROLL
+  for (int nj = 0; nj < size<1>(scores); ++nj) {
+    const int col = col0 + get<1>(coords(0, nj));
+    if (col >= p.seqlen_k) {
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(scores); ++mi) scores(mi, nj) = -INFINITY;
+      continue;
+    }
+    const ColumnBounds bounds = load_column_bounds(mask_cols, col, p.mask_form, p.seqlen_q);
+    CUTE_UNROLL
+    for (int mi = 0; mi < size<0>(scores); ++mi) {
+      if (is_masked(row0 + get<0>(coords(mi, nj)), col, bounds, p.causal, causal_off))
+        scores(mi, nj) = -INFINITY;
+    }
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// One online-softmax step: new row max (over the quad that shares a row), rescale of the running
+// sum and output, scores -> unnormalised probabilities. Row sums stay per-thread until the end.
+template <class Scores, class RowStat, class AccO>
+__device__ __forceinline__ void softmax_step(Scores& scores, RowStat& row_max, RowStat& row_sum,
+                                             AccO& acc_o, float scale_log2) {
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(scores); ++mi) {
+    float m = row_max(mi);
+    CUTE_UNROLL
+    for (int nj = 0; nj < size<1>(scores); ++nj) m = fmaxf(m, scores(mi, nj));
+    m = quad_max(m);
+    // A row with nothing visible yet keeps max -inf: use 0 so that exp2(-inf - 0) = 0, not NaN.
+    const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+    const float correction = exp2_approx(row_max(mi) * scale_log2 - m_scaled);
+    row_max(mi) = m;
+    float sum = row_sum(mi) * correction;
+    CUTE_UNROLL
+    for (int dj = 0; dj < size<1>(acc_o); ++dj) acc_o(mi, dj) *= correction;
+    CUTE_UNROLL
+    for (int nj = 0; nj < size<1>(scores); ++nj) {
+      const float prob = exp2_approx(fmaf(scores(mi, nj), scale_log2, -m_scaled));
+      scores(mi, nj) = prob;
+      sum += prob;
+    }
+    row_sum(mi) = sum;
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    fwd_kernel(const FwdParams p, const FwdBlockLists lists, const MaskSlices slices) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  extern __shared__ __align__(128) char smem[];
+
+  const int tid = threadIdx.x;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // last query blocks (most work if causal) first
+  const int b = blockIdx.y, head = blockIdx.z;
+  const int head_k = head / (p.heads_q / p.heads_k);
+  const int64_t list = (int64_t)slices.index(p, b, head) * lists.num_m_blocks + m_block;
+  const int count = lists.counts[list];
+  const int32_t* entries = lists.entries + list * lists.num_n_blocks;
+  const int32_t* mask_cols = p.mask_form.has_indices() ? p.mask_slice(b, head) : nullptr;
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  const int row0 = m_block * kBlockM;
+
+  // Global views: [S, D] of this (batch, head), D contiguous.
+  auto q_ptr = static_cast<const Element*>(p.q.data) + b * p.q.batch_stride + head * p.q.head_stride;
+  auto k_ptr = static_cast<const Element*>(p.k.data) + b * p.k.batch_stride + head_k * p.k.head_stride;
+  auto v_ptr = static_cast<const Element*>(p.v.data) + b * p.v.batch_stride + head_k * p.v.head_stride;
+  auto o_ptr = static_cast<Element*>(p.out.data) + b * p.out.batch_stride + head * p.out.head_stride;
+  Tensor mQ = make_tensor(make_gmem_ptr(q_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}),
+                          make_stride(p.q.row_stride, _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(k_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}),
+                          make_stride(p.k.row_stride, _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(v_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}),
+                          make_stride(p.v.row_stride, _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(o_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}),
+                          make_stride(p.out.row_stride, _1{}));
+  Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+  Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+  Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));  // (N, D, n)
+  Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), typename Traits::SmemLayoutVtNoSwizzle{});
+  Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutQ{});
+
+  typename Traits::GmemTiledCopyQKV gmem_copy;
+  auto gmem_thr = gmem_copy.get_thread_slice(tid);
+  Tensor tQgQ = gmem_thr.partition_S(gQ);
+  Tensor tQsQ = gmem_thr.partition_D(sQ);
+  Tensor tKgK = gmem_thr.partition_S(gK);  // (CPY, CPY_N, CPY_D, n)
+  Tensor tKsK = gmem_thr.partition_D(sK);
+  Tensor tVgV = gmem_thr.partition_S(gV);
+  Tensor tVsV = gmem_thr.partition_D(sV);
+  Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(tid);
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);
+  Tensor tSrK = thr_mma.partition_fragment_B(sK);
+  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);
+  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  clear(acc_o);
+
+  auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_q = smem_copy_q.get_thread_slice(tid);
+  Tensor tSsQ = smem_thr_q.partition_S(sQ);
+  auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_k = smem_copy_k.get_thread_slice(tid);
+  Tensor tSsK = smem_thr_k.partition_S(sK);
+  auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+  auto smem_thr_v = smem_copy_v.get_thread_slice(tid);
+  Tensor tOsVt = smem_thr_v.partition_S(sVt);
+
+  // (row, col) of every score this thread holds, in tile coordinates.
+  Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor score_coords = make_tensor(tScS.data(), rowcol(tScS.layout()));
+
+  Tensor acc_o_rc = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
+  Tensor row_max = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
+  Tensor row_sum = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
+  fill(row_max, -INFINITY);
+  clear(row_sum);
+  const float scale_log2 = p.softmax_scale * float(M_LOG2E);
+
+  if (count > 0) {
+    copy_rows(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0);
+    const int n_first = entry_n_block(entries[0]);
+    copy_rows(gmem_copy, tKgK(_, _, _, n_first), tKsK, tKVcKV, p.seqlen_k - n_first * kBlockN);
+    cp_async_fence();
+  }
+
+  for (int i = 0; i < count; ++i) {
+    const int32_t entry = entries[i];
+    const int32_t next_entry = i + 1 < count ? entries[i + 1] : 0;
+    const int n_block = entry_n_block(entry);
+    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    clear(acc_s);
+    cp_async_wait<0>();  // K(n_block) landed
+    __syncthreads();     // ... for every thread, and everyone is done with the previous V
+    copy_rows(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, p.seqlen_k - n_block * kBlockN);
+    cp_async_fence();
+
+    gemm_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_copy_k, smem_thr_q,
+              smem_thr_k);
+    Tensor scores = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
+    if (entry_is_partial(entry) || (n_block + 1) * kBlockN > p.seqlen_k)
+      apply_mask(scores, score_coords, row0, n_block * kBlockN, p, mask_cols, causal_off);
+
+    cp_async_wait<0>();  // V(n_block) landed
+    __syncthreads();     // ... for every thread, and everyone is done with K(n_block)
+    if (i + 1 < count) {
+      const int n_next = entry_n_block(next_entry);
+      copy_rows(gmem_copy, tKgK(_, _, _, n_next), tKsK, tKVcKV, p.seqlen_k - n_next * kBlockN);
+      cp_async_fence();
+    }
+
+    softmax_step(scores, row_max, row_sum, acc_o_rc, scale_log2);
+    Tensor probs = convert_to<Element>(acc_s);
+    Tensor tOrP = make_tensor(probs.data(), acc_as_a_operand(probs.layout()));
+    gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
+  }
+
+  // Epilogue: normalise; rows that saw nothing (sum 0) give out 0 and LSE -inf.
+  Tensor lse = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(acc_o_rc); ++mi) {
+    const float sum = quad_sum(row_sum(mi));
+    const bool empty = !(sum > 0.f);
+    const float inv = empty ? 0.f : 1.f / sum;
+    lse(mi) = empty ? -INFINITY : row_max(mi) * p.softmax_scale + logf(sum);
+    CUTE_UNROLL
+    for (int dj = 0; dj < size<1>(acc_o_rc); ++dj) acc_o_rc(mi, dj) *= inv;
+  }
+
+  Tensor out = convert_to<Element>(acc_o);
+  auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+  auto smem_thr_o = smem_copy_o.get_thread_slice(tid);
+  Tensor taccOrO = smem_thr_o.retile_S(out);
+  Tensor taccOsO = smem_thr_o.partition_D(sO);
+  __syncthreads();  // sO aliases sQ: every warp has finished its last Q K^T
+  cute::copy(smem_copy_o, taccOrO, taccOsO);
+
+  // LSE: the quad leader (column 0 of the tile) owns each row.
+  Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor out_coords = make_tensor(tOcO.data(), rowcol(tOcO.layout()));
+  if (get<1>(out_coords(0, 0)) == 0) {
+    float* lse_row = p.lse + ((int64_t)b * p.heads_q + head) * p.seqlen_q;
+    CUTE_UNROLL
+    for (int mi = 0; mi < size(lse); ++mi) {
+      const int row = row0 + get<0>(out_coords(mi, 0));
+      if (row < p.seqlen_q) lse_row[row] = lse(mi);
+    }
+  }
+
+  __syncthreads();
+  typename Traits::GmemTiledCopyO gmem_copy_o;
+  auto gmem_thr_o = gmem_copy_o.get_thread_slice(tid);
+  Tensor tOsO = gmem_thr_o.partition_S(sO);
+  Tensor tOgO = gmem_thr_o.partition_D(gO);
+  Tensor tOrO = make_tensor<Element>(shape(tOgO));
+  cute::copy(gmem_copy_o, tOsO, tOrO);
+  Tensor tOcOg = gmem_thr_o.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(tOgO); ++m) {
+    if (row0 + get<0>(tOcOg(0, m, 0)) < p.seqlen_q) {
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tOgO); ++k) cute::copy(gmem_copy_o, tOrO(_, m, k), tOgO(_, m, k));
+    }
+  }
+}
+
+}  // namespace fwd
+
+template <typename Element, int kHeadDim>
+void run_fwd_hdim(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
+  constexpr FwdTileSize tile = fwd_tile_size(kHeadDim);
+  using Traits = fwd::FwdTraits<Element, kHeadDim, tile.block_m, tile.block_n, tile.warps>;
+  if (lists.num_m_blocks == 0 || p.batch == 0 || p.heads_q == 0) return;
+  auto kernel = &fwd::fwd_kernel<Traits>;
+  constexpr int smem_bytes = Traits::kSmemBytes;
+  if (smem_bytes > 48 * 1024) {
+    FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  }
+  const dim3 grid(lists.num_m_blocks, p.batch, p.heads_q);
+  kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(p, lists, MaskSlices::of(p));
+  FM_CHECK_LAUNCH("fwd_kernel");
+}
+
+}  // namespace flashmask

@@ -1,0 +1,136 @@
+// GPU mask preprocessing (see preprocess.cuh): per-key-block bounds, then per-query-block lists.
+#include "preprocess.cuh"
+
+#include "utils.cuh"
+
+namespace flashmask {
+namespace {
+
+constexpr int kWarpsPerCta = 4;
+
+__device__ __forceinline__ int32_t warp_min(int32_t v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int32_t warp_max(int32_t v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One warp per (slice, key block): lanes stride over the block's columns, then reduce.
+__global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t block_n,
+                                    int32_t num_n_blocks, BlockBounds* bounds) {
+  const int32_t n_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
+  const int32_t slice = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  if (n_block >= num_n_blocks) return;
+  const int32_t* indices =
+      p.mask_form.has_indices()
+          ? p.startend_row_indices + (int64_t)slice * p.seqlen_k * p.mask_form.num_cols
+          : nullptr;
+  const int32_t col_begin = n_block * block_n;
+  const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
+  // Each lane starts from a real column of the block (col_begin exists: n_block < num_n_blocks).
+  BlockBounds s = BlockBounds::of_column(
+      load_column_bounds(indices, min(col_begin + lane, col_end - 1), p.mask_form, p.seqlen_q));
+  for (int32_t j = col_begin + lane + 32; j < col_end; j += 32)
+    s.include(load_column_bounds(indices, j, p.mask_form, p.seqlen_q));
+  BlockBounds r{warp_min(s.lts_min), warp_max(s.lts_max), warp_min(s.lte_min), warp_max(s.lte_max),
+                warp_min(s.uts_min), warp_max(s.uts_max), warp_min(s.ute_min), warp_max(s.ute_max)};
+  if (lane == 0) bounds[(int64_t)slice * num_n_blocks + n_block] = r;
+}
+
+// One warp per (slice, query block): classify 32 key blocks at a time (descending), compact the
+// visible ones with a ballot.
+__global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t block_n,
+                                       int32_t num_m_blocks, int32_t num_n_blocks,
+                                       const BlockBounds* bounds, int32_t* entries,
+                                       int32_t* counts) {
+  const int32_t m_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
+  const int32_t slice = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  if (m_block >= num_m_blocks) return;
+  const int32_t row_begin = m_block * block_m;
+  const int32_t row_end = min(row_begin + block_m, p.seqlen_q);
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  const BlockBounds* slice_bounds = bounds + (int64_t)slice * num_n_blocks;
+  const int64_t list = (int64_t)slice * num_m_blocks + m_block;
+  int32_t* out = entries + list * num_n_blocks;
+  int32_t count = 0;
+  for (int32_t base = num_n_blocks - 1; base >= 0; base -= 32) {
+    const int32_t n_block = base - lane;
+    TileKind kind = TileKind::kMasked;
+    if (n_block >= 0) {
+      const int32_t col_begin = n_block * block_n;
+      const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
+      kind = classify_tile(row_begin, row_end, col_begin, col_end, slice_bounds[n_block], p.causal,
+                           causal_off);
+    }
+    const bool visible = kind != TileKind::kMasked;
+    const unsigned ballot = __ballot_sync(0xffffffffu, visible);
+    if (visible) {
+      const int32_t pos = count + __popc(ballot & ((1u << lane) - 1u));
+      out[pos] = encode_block_entry(n_block, kind == TileKind::kPartial);
+    }
+    count += __popc(ballot);
+  }
+  if (lane == 0) counts[list] = count;
+}
+
+}  // namespace
+
+namespace {
+size_t list_entries_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) {
+  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
+                  (size_t)ceil_div(p.seqlen_q, block_m) * (size_t)ceil_div(p.seqlen_k, block_n));
+}
+size_t list_counts_bytes(const FwdParams& p, int32_t block_m) {
+  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
+                  (size_t)ceil_div(p.seqlen_q, block_m));
+}
+}  // namespace
+
+size_t block_bounds_bytes(const FwdParams& p, int32_t block_n) {
+  return align_up(sizeof(BlockBounds) * (size_t)MaskSlices::of(p).count() *
+                  (size_t)ceil_div(p.seqlen_k, block_n));
+}
+
+size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) {
+  return block_bounds_bytes(p, block_n) + list_entries_bytes(p, block_m, block_n) +
+         list_counts_bytes(p, block_m);
+}
+
+void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bounds,
+                         cudaStream_t stream) {
+  const MaskSlices slices = MaskSlices::of(p);
+  const int32_t num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);
+  if (num_n_blocks == 0) return;
+  const dim3 grid((unsigned)ceil_div(num_n_blocks, kWarpsPerCta), (unsigned)slices.count());
+  block_bounds_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(p, slices, block_n, num_n_blocks,
+                                                               bounds);
+  FM_CHECK_LAUNCH("block_bounds_kernel");
+}
+
+FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
+                                    void* workspace, cudaStream_t stream) {
+  FwdBlockLists lists;
+  lists.num_m_blocks = (int32_t)ceil_div(p.seqlen_q, block_m);
+  lists.num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);
+  char* ws = static_cast<char*>(workspace);
+  auto* bounds = reinterpret_cast<BlockBounds*>(ws);
+  auto* entries = reinterpret_cast<int32_t*>(ws + block_bounds_bytes(p, block_n));
+  auto* counts = reinterpret_cast<int32_t*>(ws + block_bounds_bytes(p, block_n) +
+                                            list_entries_bytes(p, block_m, block_n));
+  lists.entries = entries;
+  lists.counts = counts;
+  if (lists.num_m_blocks == 0) return lists;
+  launch_block_bounds(p, block_n, bounds, stream);
+  const dim3 grid((unsigned)ceil_div(lists.num_m_blocks, kWarpsPerCta),
+                  (unsigned)MaskSlices::of(p).count());
+  fwd_block_lists_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(
+      p, block_m, block_n, lists.num_m_blocks, lists.num_n_blocks, bounds, entries, counts);
+  FM_CHECK_LAUNCH("fwd_block_lists_kernel");
+  return lists;
+}
+
+}  // namespace flashmask

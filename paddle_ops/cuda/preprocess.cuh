@@ -1,0 +1,76 @@
+// Mask preprocessing on the GPU, shared by the forward and the backward kernels.
+//
+// 1. launch_block_bounds: for every mask slice (batch, mask head) and every key block of
+//    `block_n` columns, the BlockBounds (min/max of the four normalised bounds, block.h).
+//    Backward (cuda-bwd) reuses it as is, with its own block_n: read bounds[slice * num_n_blocks +
+//    n_block] with MaskSlices::of(params).index(params, b, head_q) and classify tiles with
+//    block.h's classify_tile; the memory it needs is block_bounds_bytes(params, block_n).
+// 2. launch_fwd_block_lists: for every (slice, query block of `block_m` rows), the compacted list
+//    of the key blocks that are not fully masked, in descending key-block order, each entry
+//    `n_block << 1 | partial` (partial: the element mask must be applied), plus their count.
+//    The forward kernel visits exactly these blocks.
+//
+// Without startend_row_indices (plain causal or full attention) there is one implicit slice whose
+// bounds are the empty intervals, so causal still skips the tiles above the diagonal.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashmask/block.h"
+#include "flashmask/params.h"
+
+namespace flashmask {
+
+// The distinct masks of a problem: [batches, heads] slices of startend_row_indices.
+struct MaskSlices {
+  int32_t batches = 1;  // B when indices are given, else 1
+  int32_t heads = 1;    // Hm when indices are given, else 1
+
+  static MaskSlices of(const FwdParams& p) {
+    MaskSlices s;
+    if (p.mask_form.has_indices()) {
+      s.batches = p.batch;
+      s.heads = p.mask_heads;
+    }
+    return s;
+  }
+  FM_HOST_DEVICE int32_t count() const { return batches * heads; }
+  // The slice that masks query head `head_q` of batch `b`.
+  FM_HOST_DEVICE int32_t index(const FwdParams& p, int32_t b, int32_t head_q) const {
+    return batches == 1 && heads == 1 ? 0 : b * heads + p.mask_head_of(head_q);
+  }
+};
+
+// One entry of a forward block list.
+FM_HOST_DEVICE int32_t encode_block_entry(int32_t n_block, bool partial) {
+  return (n_block << 1) | (partial ? 1 : 0);
+}
+FM_HOST_DEVICE int32_t entry_n_block(int32_t entry) { return entry >> 1; }
+FM_HOST_DEVICE bool entry_is_partial(int32_t entry) { return (entry & 1) != 0; }
+
+// Where the forward kernel finds its lists: entries[(slice * num_m_blocks + m_block) * num_n_blocks
+// + i] for i < counts[slice * num_m_blocks + m_block].
+struct FwdBlockLists {
+  const int32_t* entries = nullptr;
+  const int32_t* counts = nullptr;
+  int32_t num_m_blocks = 0, num_n_blocks = 0;
+};
+
+// Bytes of the BlockBounds of every (slice, key block); a multiple of 256.
+size_t block_bounds_bytes(const FwdParams& p, int32_t block_n);
+
+// Writes bounds[slice * num_n_blocks + n_block]; `bounds` holds block_bounds_bytes(p, block_n).
+void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bounds, cudaStream_t stream);
+
+// Workspace of the forward preprocessing: bounds, then list entries, then counts.
+size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n);
+
+// Carves `workspace` (fwd_block_lists_workspace_bytes) and launches both preprocessing kernels on
+// `stream`; the returned lists are ready for kernels launched after it on the same stream.
+FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
+                                    void* workspace, cudaStream_t stream);
+
+}  // namespace flashmask
