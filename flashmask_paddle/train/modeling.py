@@ -49,6 +49,15 @@ def build_model(model_cfg, tokenizer, seed: int = 42):
     """The causal LM for a recipe (see the module doc). Dropout stays at the config's (0 for Llama)."""
     import paddle
 
+    # Fresh parameter names (embedding_0.w_0, ...) whatever ran before in this process: optimizer
+    # checkpoints are keyed by these names, so resume must not depend on how many models were built.
+    with paddle.utils.unique_name.guard():
+        return _build(model_cfg, tokenizer, seed)
+
+
+def _build(model_cfg, tokenizer, seed):
+    import paddle
+
     if model_cfg.model_name_or_path is not None:
         from paddlenlp.transformers import AutoConfig, AutoModelForCausalLM
 

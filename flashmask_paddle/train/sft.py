@@ -198,6 +198,9 @@ def build_trainer(cfg: RecipeConfig):
                         shuffle_seed=cfg.train.seed)
     logger.info("train data: %s", stats.summary())
     print(f"[flashmask-train] train data: {stats.summary()}", flush=True)
+    if stats.loss_tokens == 0:
+        raise ConfigError(f"no response token fits in data.max_length={d.max_length} (every prompt is at least "
+                          "that long after truncation): raise data.max_length or use data.overlong=drop")
     train_ds = PackedDataset(packs, stats)
     eval_ds = None
     if d.eval_file:
@@ -237,9 +240,13 @@ def run(cfg: RecipeConfig) -> dict:
     if cfg.task not in ("sft", "lora"):
         raise ConfigError(f"sft.run handles task sft or lora, got {cfg.task!r}")
     t0 = time.perf_counter()
+    resume = resolve_resume(cfg.train)  # before any work: a bad resume fails fast
     trainer, stats = build_trainer(cfg)
-    resume = resolve_resume(cfg.train)
-    with flashmask_enabled(cfg.attention):
+    import paddle
+
+    # Fresh optimizer-state names (embedding_0.w_0_moment1_0, ...) whatever ran before in this
+    # process, so a checkpoint written here resumes in any process (see modeling.build_model).
+    with flashmask_enabled(cfg.attention), paddle.utils.unique_name.guard():
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(cfg.train.output_dir)
         eval_loss = None
