@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def cuda_library():
         _run(["cmake", "-S", OPS, "-B", build, *generator, "-DCMAKE_BUILD_TYPE=Release",
               "-DFLASHMASK_WITH_CUDA=ON", f"-DFLASHMASK_CUDA_ARCHS={';'.join(ARCHS)}",
               "-DFLASHMASK_NVCC_THREADS=1", f"-DCMAKE_CUDA_COMPILER={NVCC}",
-              "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"], log)
+              "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DPython3_EXECUTABLE={sys.executable}"], log)
         _run(["cmake", "--build", build, "-j", jobs], log)
         shutil.copy2(build / "libflashmask.so", lib)
         stamp.write_text(f"{time.time() - t0:.0f} s\n")
