@@ -47,7 +47,9 @@ def kernel_ready(t: torch.Tensor) -> torch.Tensor:
 def _view(t: Optional[torch.Tensor]) -> _capi.FmTensor:
     if t is None:
         return _capi.FmTensor(None, 0, 0, 0)
-    return _capi.FmTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+    # the stride of a size-1 dim is never used and may be odd (views): pass 0, which is aligned
+    strides = [t.stride(i) if t.shape[i] > 1 else 0 for i in range(3)]
+    return _capi.FmTensor(t.data_ptr(), *strides)
 
 
 def _args(q, k, v, out, lse, indices, causal, scale) -> _capi.FmArgs:
@@ -66,12 +68,11 @@ def _args(q, k, v, out, lse, indices, causal, scale) -> _capi.FmArgs:
     return a
 
 
-def _workspace(lib, query, args, device) -> tuple[Optional[torch.Tensor], int]:
+def _workspace(lib, query, args, device) -> tuple[torch.Tensor, int]:
     nbytes = ctypes.c_size_t(0)
     _capi.check(lib, query(ctypes.byref(args), ctypes.byref(nbytes)), query.__name__)
-    if nbytes.value == 0:
-        return None, 0
-    ws = _empty((nbytes.value,), torch.uint8, device)
+    # never a null pointer, even for 0 bytes: the launchers may insist on one
+    ws = _empty((max(int(nbytes.value), 256),), torch.uint8, device)
     return ws, ws.data_ptr()
 
 
