@@ -47,22 +47,32 @@ class PreferenceStats:
                 f"128x128 tile density {self.tile_density:.3f}")
 
 
+def _load(path, section, max_samples):
+    """``preference.load_preferences`` with its data errors as ConfigError (one line from the CLI)."""
+    try:
+        return preference.load_preferences(path, section.data_format, max_samples or None)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+
+
 def _pack_file(path, cfg, section, tokenizer, num_answers, shuffle_seed):
     d = cfg.data
-    examples, skipped = preference.load_preferences(path, section.data_format, d.max_samples or None)
+    examples, skipped = _load(path, section, d.max_samples)
     if len(examples[0].answers) != num_answers:
+        wanted = "rm.num_answers" if cfg.task == "rm" else "DPO: chosen and rejected"
         raise ConfigError(f"{path}: rows have {len(examples[0].answers)} answers, the recipe expects "
-                          f"{num_answers} ({cfg.task}.num_answers)" if cfg.task == "rm" else
-                          f"{path}: DPO needs exactly 2 answers (chosen, rejected) per row, got "
-                          f"{len(examples[0].answers)}")
+                          f"{num_answers} ({wanted})")
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    rows, counts = preference.pack_preferences(
-        examples, lambda text: bos + encode(tokenizer, text), lambda text: encode(tokenizer, text),
-        max_length=d.max_length, max_prompt_len=section.max_prompt_len, eos_id=tokenizer.eos_token_id,
-        pad_id=tokenizer.pad_token_id, truncate=d.overlong == "truncate", packing=d.packing,
-        shuffle_seed=shuffle_seed)
-    for row in rows:  # a row whose mask disagrees with its spans must never reach training
-        preference.check_row(row)
+    try:
+        rows, counts = preference.pack_preferences(
+            examples, lambda text: bos + encode(tokenizer, text), lambda text: encode(tokenizer, text),
+            max_length=d.max_length, max_prompt_len=section.max_prompt_len, eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id, truncate=d.overlong == "truncate", packing=d.packing,
+            shuffle_seed=shuffle_seed)
+        for row in rows:  # a row whose mask disagrees with its spans must never reach training
+            preference.check_row(row)
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
     idx = np.stack([r.mask for r in rows])
     stats = PreferenceStats(
         examples=len(examples), skipped=dict(skipped), groups=counts["groups"], truncated=counts["truncated"],
@@ -78,7 +88,7 @@ def preference_datasets(cfg, section, num_answers: int):
     from .dataset import PackedDataset
 
     def texts():  # tokenizer training text when no model dir is given (cached by content)
-        examples, _ = preference.load_preferences(cfg.data.train_file, section.data_format, cfg.data.max_samples or None)
+        examples, _ = _load(cfg.data.train_file, section, cfg.data.max_samples)
         for e in examples:
             yield e.prompt
             yield from e.answers
@@ -165,10 +175,14 @@ def run_recipe(cfg, build_trainer, accuracy_key: str) -> dict:
     from .integration import flashmask_enabled
     from .sft import resolve_resume, summarize
 
+    import paddle
+
     t0 = time.perf_counter()
+    resume = resolve_resume(cfg.train)  # before any work: a bad resume fails fast
     trainer, stats = build_trainer(cfg)
-    resume = resolve_resume(cfg.train)
-    with flashmask_enabled(cfg.attention):
+    # Fresh optimizer-state names whatever ran before in this process, so a checkpoint written here
+    # resumes in any process (as sft.run does; parameter names: modeling.build_model's guard).
+    with flashmask_enabled(cfg.attention), paddle.utils.unique_name.guard():
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(cfg.train.output_dir)
         eval_metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}

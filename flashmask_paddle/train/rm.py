@@ -120,6 +120,13 @@ class RewardTrainer(Trainer):
 def build_reward_model(model_cfg, tokenizer, seed: int = 42) -> LlamaForRewardModel:
     """A local Llama directory (backbone weights; head fresh unless saved by us) or a random init
     sized by the ``model`` section, in the recipe's dtype, reaching our attention seam."""
+    # Fresh parameter names whatever ran before in this process (checkpoints are keyed by them),
+    # as modeling.build_model does.
+    with paddle.utils.unique_name.guard():
+        return _build_reward_model(model_cfg, tokenizer, seed)
+
+
+def _build_reward_model(model_cfg, tokenizer, seed):
     from .config import ConfigError
     from .integration import prepare_model_config
     from .modeling import model_config_from_section
