@@ -131,6 +131,16 @@ def test_paddlenlp_style_three_dim_indices_mean_the_same_mask(seed):
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("kind", ["flashmask", "dense"])
+def test_indices_that_do_not_match_the_batch_are_a_clear_error(kind, seed):
+    rng = np.random.default_rng(seed)
+    model = _tiny("llama", seed)
+    batch, _, _ = _packed_batch(rng, rows=2, seqlen=24)
+    batch["attn_mask_startend_row_indices"] = batch["attn_mask_startend_row_indices"][:, :, :20]
+    with integration.flashmask_enabled(kind), pytest.raises(ValueError, match=r"expected \[batch=2, Hm, seqlen=24, C\]"):
+        model(**batch)
+
+
 def test_switch_is_reversible_and_nests():
     from paddlenlp.transformers.llama import fusion_ops
 

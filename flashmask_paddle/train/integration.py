@@ -81,6 +81,7 @@ def disable_flashmask() -> None:
         if _state["original"] is not None:
             _fusion_ops().fusion_flash_attention = _state["original"]
         _state["original"], _state["kind"] = None, None
+        _dense_cache["key"] = _dense_cache["value"] = None  # release the last N x N mask
 
 
 @contextlib.contextmanager
@@ -189,6 +190,9 @@ def _attention(query_states, config, key_states, value_states, attention_mask, o
     _, kv_len, _, head_dim = value_states.shape
     if attn_mask_startend_row_indices is not None:
         idx = _as_startend(attn_mask_startend_row_indices)
+        if idx.shape[0] != bsz or idx.shape[2] != kv_len:
+            raise ValueError(f"attn_mask_startend_row_indices has shape {list(idx.shape)}, expected [batch={bsz}, "
+                             f"Hm, seqlen={kv_len}, C] to match the packed input_ids")
         if kind == "flashmask":
             out = flashmask_op_attention(query_states, key_states, value_states, idx, causal=True)
         else:

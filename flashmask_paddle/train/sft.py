@@ -196,7 +196,6 @@ def build_trainer(cfg: RecipeConfig):
     docs = sft_documents(rows, tokenizer, d)
     packs, stats = pack(docs, d.max_length, tokenizer.pad_token_id, overlong=d.overlong, packing=d.packing,
                         shuffle_seed=cfg.train.seed)
-    logger.info("train data: %s", stats.summary())
     print(f"[flashmask-train] train data: {stats.summary()}", flush=True)
     if stats.loss_tokens == 0:
         raise ConfigError(f"no response token fits in data.max_length={d.max_length} (every prompt is at least "
