@@ -342,6 +342,7 @@ def main(argv=None) -> int:
         print(f"flashmask-bench e2e: error: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    load_start = os.getloadavg()[0]  # CPU timings on a shared host: record how shared it was
     results = {}
     update, close = _progress_bar(len(args.modes) * (args.steps + args.warmup)) if args.in_process else (
         None, None)
@@ -366,7 +367,9 @@ def main(argv=None) -> int:
         "device": _device_name(), "paddle": paddle.__version__,
         "mem_kind": "device memory" if gpu else "host RSS",
         "counting": "tokens/s = real (document) tokens per step / median step time; padding excluded",
-        "wall_s": time.perf_counter() - t0, "results": results, "speedup": summarize(results),
+        "wall_s": time.perf_counter() - t0, "cpu_count": os.cpu_count(),
+        "load_avg_1min": {"start": load_start, "end": os.getloadavg()[0]},
+        "results": results, "speedup": summarize(results),
     }
     out = args.out or Path("benchmarks/results") / ("e2e_gpu.json" if gpu else "e2e_cpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
