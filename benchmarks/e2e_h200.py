@@ -505,6 +505,9 @@ def seq_label(seqlen: int) -> str:
 
 
 def progress_bar(desc, total):
+    """A tqdm bar on a terminal; nothing in logs (the device tool returns only the log's tail)."""
+    if not sys.stderr.isatty():
+        return lambda done, total: None
     try:
         from tqdm import tqdm
         bar = tqdm(total=total, desc=desc, leave=False, file=sys.stderr)
