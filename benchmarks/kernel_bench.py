@@ -140,11 +140,25 @@ def count_pairs_and_tiles(torch, bounds, causal: bool, seqlen_q: int, seqlen_k: 
 
 
 # ----------------------------------------------------------------------------- timing
+SMOKE = False  # --smoke: CPU, fp32, host clock (checks the script's plumbing, numbers meaningless)
+
+
+def sync(torch):
+    if not SMOKE:
+        torch.cuda.synchronize()
+
+
 def time_ms(torch, fn, warmup: int, reps: int) -> float:
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    sync(torch)
     times = []
+    if SMOKE:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(times))
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -221,11 +235,11 @@ class Flex(Impl):
         for dst, src in zip(buf, case["bounds"]):
             dst.copy_(src)
         flag.fill_(int(case["causal"]))
-        torch.cuda.synchronize()
+        sync(torch)
         t0 = time.perf_counter()
         bm = self.create_block_mask(mask_mod, case["batch"], None, case["seqlen"], case["seqlen"],
                                     device=case["q_bshd"].device, BLOCK_SIZE=TILE, _compile=True)
-        torch.cuda.synchronize()
+        sync(torch)
         case["extra"]["block_mask_ms_first"] = (time.perf_counter() - t0) * 1e3
         case["extra"]["block_mask_ms"] = time_ms(
             torch, lambda: self.create_block_mask(mask_mod, case["batch"], None, case["seqlen"], case["seqlen"],
@@ -276,38 +290,40 @@ def make_impls(torch, names):
     return impls
 
 
-def measure(torch, impl, case, warmup, reps):
-    """fwd/bwd milliseconds of one implementation on one case (+ the output for cross-checks)."""
-    row = {}
-    q_leafs = [case[n] for n in (("q_bshd", "k_bshd", "v_bshd") if impl.name == "flashmask"
-                                 else ("q_bhsd", "k_bhsd", "v_bhsd"))]
+def measure(torch, impl, case, warmup, reps, row):
+    """Fills row's fwd/bwd milliseconds for one implementation on one case; returns the forward
+    output ([B, S, H, D]) for the cross-check, or None. A failing backward keeps the forward numbers."""
+    leafs = [case[n] for n in (("q_bshd", "k_bshd", "v_bshd") if impl.name == "flashmask"
+                               else ("q_bhsd", "k_bhsd", "v_bhsd"))]
     fwd = impl.forward(case)
     t0 = time.perf_counter()
     with torch.no_grad():
         fwd()
-    torch.cuda.synchronize()
+    sync(torch)
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     with torch.no_grad():
-        row["fwd_ms"] = time_ms(torch, fwd, warmup, reps)
-    out = fwd()  # with autograd: the graph the backward timing replays
+        row["fwd_ms"] = round(time_ms(torch, fwd, warmup, reps), 4)
+        out = fwd()
+    result = out if impl.name == "flashmask" else out.transpose(1, 2)
     dout = case["dout_bshd"] if impl.name == "flashmask" else case["dout_bhsd"]
+    try:
+        out = fwd()  # with autograd: the graph the backward timing replays
 
-    def bwd():
-        return torch.autograd.grad(out, q_leafs, dout, retain_graph=True)
+        def bwd():
+            return torch.autograd.grad(out, leafs, dout, retain_graph=True)
 
-    t0 = time.perf_counter()
-    bwd()
-    torch.cuda.synchronize()
-    row["compile_s"] += round(time.perf_counter() - t0, 2)
-    row["bwd_ms"] = time_ms(torch, bwd, warmup, reps)
-    o = out.detach()
-    if impl.name != "flashmask":
-        o = o.transpose(1, 2)
-    return row, o
+        t0 = time.perf_counter()
+        bwd()
+        sync(torch)
+        row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
+        row["bwd_ms"] = round(time_ms(torch, bwd, warmup, reps), 4)
+    except Exception as e:
+        row["error"] = f"backward: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return result
 
 
 def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, seed):
-    dev = torch.device("cuda")
+    dev = torch.device("cpu" if SMOKE else "cuda")
     cm = build_mask(mask_name, seqlen, batch, seed)
     indices = torch.from_numpy(cm.indices).to(dev)
     bounds = four_bounds(torch, indices, cm.causal, seqlen)
@@ -347,7 +363,8 @@ def table(rows) -> str:
         ratio = "-"
         ref = flex.get((r["mask"], r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"]))
         if ref and r.get("fwd_ms") and r["impl"] != "flex":
-            ratio = f"{ref['fwd_ms'] / r['fwd_ms']:.2f}/{ref['bwd_ms'] / r['bwd_ms']:.2f}"
+            bwd = (f"{ref['bwd_ms'] / r['bwd_ms']:.2f}" if ref.get("bwd_ms") and r.get("bwd_ms") else "-")
+            ratio = f"{ref['fwd_ms'] / r['fwd_ms']:.2f}/{bwd}"
         note = r.get("error") or r.get("skipped") or ""
         lines.append(f"{r['impl']:<10} {r['mask']:<22} {r['seqlen']:>6} {r['batch']:>2} {r['heads']:>3} "
                      f"{r['heads_k']:>3} {r['head_dim']:>4} {r['dtype']:<5} {f('fwd_ms', '8.3f'):>8} "
@@ -412,6 +429,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "kernel_h200.json")
     p.add_argument("--png", type=Path, default=None, help="default: the --json path with .png")
+    p.add_argument("--smoke", action="store_true", help="CPU plumbing check (fp32, tiny sizes advised)")
     return p.parse_args(argv)
 
 
@@ -419,13 +437,18 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    if not torch.cuda.is_available():
-        print("kernel_bench: needs a CUDA device", file=sys.stderr)
+    global SMOKE
+    SMOKE = args.smoke
+    if not SMOKE and not torch.cuda.is_available():
+        print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
         return 2
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    if SMOKE:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
+        dtypes = {name: torch.float32 for name in dtypes}
+        args.impls = [i for i in args.impls if i in ("flashmask", "flex")]
     impls = make_impls(torch, args.impls)
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-            "commit": _commit(), "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+            "commit": _commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "method": "median of reps after warmup, CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
@@ -444,7 +467,7 @@ def main(argv=None) -> int:
                         for impl in impls:
                             row = {"impl": impl.name, "mask": mask_name, "seqlen": seqlen, "batch": batch,
                                    "heads": args.heads, "heads_k": heads_k, "head_dim": head_dim,
-                                   "dtype": dt_name, "density": round(case["density"], 4),
+                                   "dtype": "fp32" if SMOKE else dt_name, "density": round(case["density"], 4),
                                    "pairs": case["pairs"]}
                             why = impl.supports(case)
                             if why:
@@ -453,15 +476,16 @@ def main(argv=None) -> int:
                                 continue
                             case["extra"] = {}
                             try:
-                                timing, outputs[impl.name] = measure(torch, impl, case, args.warmup, args.reps)
-                                row.update(timing)
-                                row.update({k: round(v, 3) for k, v in case["extra"].items()})
-                                flops = 4.0 * head_dim * case["pairs"] * args.heads
-                                row["fwd_tflops"] = round(flops / (row["fwd_ms"] * 1e-3) / 1e12, 1)
-                                row["bwd_tflops"] = round(2.5 * flops / (row["bwd_ms"] * 1e-3) / 1e12, 1)
+                                outputs[impl.name] = measure(torch, impl, case, args.warmup, args.reps, row)
                             except Exception as e:  # one failing peer must not end the run
                                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                                torch.cuda.empty_cache()
+                                if not SMOKE:
+                                    torch.cuda.empty_cache()
+                            row.update({k: round(v, 3) for k, v in case["extra"].items()})
+                            flops = 4.0 * head_dim * case["pairs"] * args.heads
+                            for phase, factor in (("fwd", 1.0), ("bwd", 2.5)):
+                                if row.get(f"{phase}_ms"):
+                                    row[f"{phase}_tflops"] = round(factor * flops / (row[f"{phase}_ms"] * 1e-3) / 1e12, 1)
                             rows.append(row)
                             print(table([row]).splitlines()[-1], flush=True)
                         if "flashmask" in outputs and "flex" in outputs:
@@ -471,7 +495,8 @@ def main(argv=None) -> int:
                                 if r["impl"] == "flashmask":
                                     r["rel_err_vs_flex"] = round(err, 5)
                         del case, outputs
-                        torch.cuda.empty_cache()
+                        if not SMOKE:
+                            torch.cuda.empty_cache()
     meta["wall_s"] = round(time.time() - t_start, 1)
     print()
     print(table(rows))
