@@ -10,6 +10,8 @@
 #   --bench "ARGS"   also run benchmarks/kernel_bench.py ARGS (JSON + PNG to $OUT)
 #   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
 #   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
+#   --lib PATH       use a libflashmask.so built elsewhere (e.g. here by tests/test_cuda_build.py for
+#                    sm_80+sm_90, copied into a git-excluded folder named in carry) instead of building
 #   ARCHS=90 (env)   CUDA archs to build; JOBS=16 (env) build parallelism
 # Outputs under $OUT (default ./gpu_check_out): build.log, tests.log, memcheck.log, racecheck.log,
 # bench.log, kernel_h200.json, kernel_h200.png, summary.txt. Exit status: non-zero if any step failed.
@@ -19,13 +21,14 @@ OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
 ARCHS=${ARCHS:-90}
 JOBS=${JOBS:-16}
-BENCH_ARGS="" ; RUN_TESTS=1 ; RUN_SANITIZE=1 ; PYTEST_ARGS=""
+BENCH_ARGS="" ; RUN_TESTS=1 ; RUN_SANITIZE=1 ; PYTEST_ARGS="" ; PREBUILT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) BENCH_ARGS="$2"; [ -z "$BENCH_ARGS" ] && BENCH_ARGS=" "; shift 2 ;;
     --no-tests) RUN_TESTS=0; shift ;;
     --no-sanitize) RUN_SANITIZE=0; shift ;;
     --pytest) PYTEST_ARGS="$2"; shift 2 ;;
+    --lib) PREBUILT="$2"; shift 2 ;;
     *) echo "unknown option $1 (see the top of $0)"; exit 2 ;;
   esac
 done
@@ -53,10 +56,16 @@ build() {
         -DFLASHMASK_CUDA_ARCHS="$ARCHS" -DPython3_EXECUTABLE="$(command -v python3)" &&
   cmake --build $BUILD -j "$JOBS"
 }
-if ! step build "$OUT/build.log" build; then
-  tail -n 40 "$OUT/build.log"; exit 1
+if [ -n "$PREBUILT" ]; then
+  [ -f "$PREBUILT" ] || { note "--lib $PREBUILT: no such file"; exit 1; }
+  export FLASHMASK_LIB=$(readlink -f "$PREBUILT")
+  note "prebuilt $FLASHMASK_LIB sha256 $(sha256sum "$FLASHMASK_LIB" | cut -c1-16)"
+else
+  if ! step build "$OUT/build.log" build; then
+    tail -n 40 "$OUT/build.log"; exit 1
+  fi
+  export FLASHMASK_LIB=$PWD/$BUILD/libflashmask.so
 fi
-export FLASHMASK_LIB=$PWD/$BUILD/libflashmask.so
 
 # The sanitizers (small cases, CPU-bound on the reference) run beside pytest to save device time;
 # the benchmark runs alone afterwards so that nothing else disturbs its timings.
