@@ -90,9 +90,13 @@ def build_ext_class():
     from paddle.utils.cpp_extension import BuildExtension
 
     class BuildFlashmaskOps(BuildExtension.with_options(no_python_abi_suffix=True)):
-        """Paddle's BuildExtension minus its generated Python stub: we load the library by path."""
+        """Paddle's BuildExtension minus its generated Python stub and the `_pd_` renaming of
+        in-place builds: flashmask_paddle/_ops.py loads `flashmask_ops.so` by path."""
 
         def _generate_python_api_file(self):
+            pass
+
+        def _rename_inplace_shared_library(self):
             pass
 
     return BuildFlashmaskOps
