@@ -18,6 +18,10 @@ from ._ops import kernel_ready
 # elementwise, so they cannot be dictionary keys themselves).
 _checked_masks: dict = {}
 
+# Head dims the CUDA kernels are instantiated for (paddle_ops/cuda/*_hdim*.cu); checked here so a
+# caller gets the contract's ValueError rather than the launcher's RuntimeError.
+CUDA_HEAD_DIMS = (64, 128, 256)
+
 
 def _check_tensors(q, k, v, indices):
     for name, t in (("query", q), ("key", k), ("value", v)):
@@ -53,6 +57,8 @@ def check_inputs(q, k, v, indices, causal, softmax_scale):
     _check_tensors(q, k, v, indices)
     supported = _validate.GPU_DTYPES if q.is_cuda else _validate.CPU_DTYPES
     dims = _validate.check_qkv(q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, supported)
+    if q.is_cuda and dims.head_dim not in CUDA_HEAD_DIMS:
+        raise ValueError(f"query head_dim must be one of {CUDA_HEAD_DIMS} on CUDA, got {dims.head_dim}")
     if indices is not None:
         _validate.check_indices_layout(indices.shape, indices.dtype, dims, bool(causal))
         if os.environ.get("FLASHMASK_CHECK_BOUNDS", "1") != "0":
