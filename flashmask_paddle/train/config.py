@@ -20,7 +20,7 @@ import os
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 __all__ = [
     "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "LoraSection", "DPOSection", "RMSection",
@@ -164,12 +164,11 @@ def _coerce(value, tp, key: str):
     """Return ``value`` as type ``tp`` or raise ConfigError. Only lossless conversions."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        errors = []
         for arg in typing.get_args(tp):
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(e)
+            except ConfigError:
+                continue
         raise ConfigError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
     if tp is type(None):
         if value is None:

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from .config import ConfigError, RecipeConfig
-from .packing import Document, PackStats, pack, prompt_response_document
+from .packing import PackStats, pack, prompt_response_document
 from .tokenizer import encode, get_tokenizer
 
 __all__ = ["run", "read_jsonl", "sft_documents", "build_trainer", "PackedSFTTrainer", "training_args",
@@ -184,8 +184,6 @@ def _wrap_lora(model, cfg):
 
 def build_trainer(cfg: RecipeConfig):
     """Everything before ``train()``: tokenizer, packs, model (LoRA for task lora), trainer."""
-    import paddle
-
     from .dataset import PackedDataset, collate_packs
     from .modeling import build_model
 
@@ -207,7 +205,6 @@ def build_trainer(cfg: RecipeConfig):
         eval_packs, eval_stats = pack(sft_documents(eval_rows, tokenizer, d), d.max_length, tokenizer.pad_token_id,
                                       overlong=d.overlong, packing=d.packing)
         eval_ds = PackedDataset(eval_packs, eval_stats)
-    paddle.set_device("cpu" if not paddle.is_compiled_with_cuda() else paddle.get_device())
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed)
     if cfg.task == "lora":
         model = _wrap_lora(model, cfg)
