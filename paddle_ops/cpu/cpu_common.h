@@ -14,6 +14,7 @@
 #include "flashmask/block.h"
 #include "flashmask/mask.h"
 #include "flashmask/params.h"
+#include "microkernels.h"
 
 namespace flashmask {
 namespace cpu {
@@ -141,7 +142,7 @@ class KeyBlockPlan {
         causal_off_(causal_offset(p.seqlen_q, p.seqlen_k)),
         summaries_(static_cast<size_t>(p.batch) * mask_heads_ * nkb_) {
     const int64_t total = static_cast<int64_t>(p.batch) * mask_heads_ * nkb_;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (total * kBlockN > (1 << 16))
     for (int64_t t = 0; t < total; ++t) {
       const int kb = static_cast<int>(t % nkb_);
       const int64_t bm = t / nkb_;
@@ -211,7 +212,8 @@ inline Panels pack_panels(const TensorView& t, DType dtype, int batch, int rows,
   out.rows_pad = num_blocks(rows, kBlockN) * kBlockN;
   out.dim = dim;
   out.data.assign(static_cast<size_t>(batch) * heads * out.rows_pad * dim, 0.f);
-#pragma omp parallel
+  const bool big = static_cast<int64_t>(batch) * heads * rows * dim > (1 << 18);  // else not worth a fork
+#pragma omp parallel if (big)
   {
     std::vector<float> row(dim);
 #pragma omp for collapse(2) schedule(static)
@@ -229,25 +231,6 @@ inline Panels pack_panels(const TensorView& t, DType dtype, int batch, int rows,
       }
   }
   return out;
-}
-
-// scores[i][0..kBlockN) = scale * sum_d a[i][d] * bt[d][col0 + j]  for i < rows.
-// a: [rows, dim] row-major; bt: [dim, ld] transposed panel.
-inline void tile_scores(const float* a, int rows, int dim, const float* bt, int ld, int col0,
-                        float scale, float* scores) {
-  for (int i = 0; i < rows; ++i) {
-    float acc[kBlockN] = {};
-    const float* ai = a + static_cast<size_t>(i) * dim;
-    for (int d = 0; d < dim; ++d) {
-      const float x = ai[d];
-      const float* br = bt + static_cast<size_t>(d) * ld + col0;
-#pragma omp simd
-      for (int j = 0; j < kBlockN; ++j) acc[j] += x * br[j];
-    }
-    float* s = scores + i * kBlockN;
-#pragma omp simd
-    for (int j = 0; j < kBlockN; ++j) s[j] = acc[j] * scale;
-  }
 }
 
 // Throws on parameters no kernel can serve; the Python API reports user errors before this.

@@ -63,9 +63,9 @@ void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const 
   const float* lse = p.lse + row_index;
   const float* delta = in.delta.data() + row_index;
 
-  tile_scores(q, rows, dim, in.kt.at(b, hk), in.kt.rows_pad, col0, p.softmax_scale, p_tile);
+  tile_scores<kBlockN>(q, rows, dim, in.kt.at(b, hk) + col0, in.kt.rows_pad, p.softmax_scale, p_tile);
   if (kind == TileKind::kPartial) plan.mask_partial_tile(b, hq, qb, kb, rows, cols, p_tile);
-  tile_scores(dout, rows, dim, in.vt.at(b, hk), in.vt.rows_pad, col0, 1.f, ds_tile);  // dP
+  tile_scores<kBlockN>(dout, rows, dim, in.vt.at(b, hk) + col0, in.vt.rows_pad, 1.f, ds_tile);  // dP
   for (int i = 0; i < rows; ++i) {
     float* pr = p_tile + i * kBlockN;
     float* dsr = ds_tile + i * kBlockN;
@@ -85,8 +85,8 @@ void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const 
 }
 
 struct TileScratch {
-  std::vector<float> p, ds;
-  TileScratch() : p(kBlockM * kBlockN), ds(kBlockM * kBlockN) {}
+  std::vector<float> p, ds, transposed;
+  TileScratch() : p(kBlockM * kBlockN), ds(kBlockM * kBlockN), transposed(kBlockN * kBlockM) {}
 };
 
 // Pass 1: dK, dV of key block kb of (b, hk), summed over the group's query heads.
@@ -105,23 +105,10 @@ void backward_key_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdI
       const int row0 = qb * kBlockM, rows = std::min(kBlockM, p.seqlen_q - row0);
       const float* q = in.q.at(b, hq) + static_cast<size_t>(row0) * dim;
       const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * dim;
-      for (int i = 0; i < rows; ++i) {
-        const float* pr = &w.p[i * kBlockN];
-        const float* dsr = &w.ds[i * kBlockN];
-        const float* qi = q + static_cast<size_t>(i) * dim;
-        const float* doi = dout + static_cast<size_t>(i) * dim;
-        for (int j = 0; j < cols; ++j) {
-          const float pij = pr[j], dsij = dsr[j];
-          if (pij == 0.f && dsij == 0.f) continue;
-          float* dvj = &dv[static_cast<size_t>(j) * dim];
-          float* dkj = &dk[static_cast<size_t>(j) * dim];
-#pragma omp simd
-          for (int d = 0; d < dim; ++d) {
-            dvj[d] += pij * doi[d];
-            dkj[d] += dsij * qi[d];
-          }
-        }
-      }
+      transpose_tile(w.p.data(), kBlockN, rows, cols, w.transposed.data(), kBlockM);  // P^T
+      accumulate_product(w.transposed.data(), kBlockM, cols, rows, dout, dim, dv.data());
+      transpose_tile(w.ds.data(), kBlockN, rows, cols, w.transposed.data(), kBlockM);  // dS^T
+      accumulate_product(w.transposed.data(), kBlockM, cols, rows, q, dim, dk.data());
     }
   }
   for (int j = 0; j < cols; ++j) {
@@ -142,17 +129,7 @@ void backward_query_block(const BwdParams& p, const KeyBlockPlan& plan, const Bw
     if (kind == TileKind::kMasked) continue;
     tile_probs_and_dscores(p, plan, in, b, hq, qb, kb, kind, w.p.data(), w.ds.data());
     const int col0 = kb * kBlockN, cols = std::min(kBlockN, p.seqlen_k - col0);
-    for (int i = 0; i < rows; ++i) {
-      const float* dsr = &w.ds[i * kBlockN];
-      float* dqi = &dq[static_cast<size_t>(i) * dim];
-      for (int j = 0; j < cols; ++j) {
-        const float dsij = dsr[j];
-        if (dsij == 0.f) continue;
-        const float* kj = k + static_cast<size_t>(col0 + j) * dim;
-#pragma omp simd
-        for (int d = 0; d < dim; ++d) dqi[d] += dsij * kj[d];
-      }
-    }
+    accumulate_product(w.ds.data(), kBlockN, rows, cols, k + static_cast<size_t>(col0) * dim, dim, dq.data());
   }
   for (int i = 0; i < rows; ++i)
     store_row(&dq[static_cast<size_t>(i) * dim], p.dtype, dim, row_ptr_mut(p.dq, p.dtype, b, row0 + i, hq));

@@ -35,36 +35,36 @@ void forward_query_block(const FwdParams& p, const KeyBlockPlan& plan, const Pan
     const TileKind kind = plan.classify(b, hq, qb, kb);
     if (kind == TileKind::kMasked) continue;
     const int col0 = kb * kBlockN, cols = std::min(kBlockN, p.seqlen_k - col0);
-    tile_scores(w.q.data(), rows, dim, ktp, kt.rows_pad, col0, p.softmax_scale, w.s.data());
+    tile_scores<kBlockN>(w.q.data(), rows, dim, ktp + col0, kt.rows_pad, p.softmax_scale, w.s.data());
     if (kind == TileKind::kPartial) plan.mask_partial_tile(b, hq, qb, kb, rows, cols, w.s.data());
 
+    // Online softmax: scores -> probabilities in place (relative to the new row max), rescale
+    // the running output by exp(m_old - m_new), then O += P V for the whole tile at once.
     for (int i = 0; i < rows; ++i) {
       float* s = &w.s[i * kBlockN];
       float tile_max = kNegInf;
       for (int j = 0; j < cols; ++j) tile_max = std::max(tile_max, s[j]);
-      if (tile_max == kNegInf) continue;  // every column of this row is masked here
+      if (tile_max == kNegInf) {  // every column of this row is masked here
+        std::fill(s, s + kBlockN, 0.f);
+        continue;
+      }
       const float m_new = std::max(w.m[i], tile_max);
       const float alpha = w.m[i] == kNegInf ? 0.f : std::exp(w.m[i] - m_new);
       float row_sum = 0.f;
 #pragma omp simd reduction(+ : row_sum)
-      for (int j = 0; j < cols; ++j) {
-        const float e = s[j] == kNegInf ? 0.f : exp_nonpositive(s[j] - m_new);
+      for (int j = 0; j < kBlockN; ++j) {
+        const float e = (j < cols && s[j] != kNegInf) ? exp_nonpositive(s[j] - m_new) : 0.f;
         s[j] = e;
         row_sum += e;
       }
       w.m[i] = m_new;
       w.l[i] = w.l[i] * alpha + row_sum;
-      float* o = &w.o[i * dim];
-      if (alpha != 1.f)
+      if (alpha != 1.f) {
+        float* o = &w.o[i * dim];
         for (int d = 0; d < dim; ++d) o[d] *= alpha;
-      for (int j = 0; j < cols; ++j) {
-        const float pj = s[j];
-        if (pj == 0.f) continue;
-        const float* vr = vp + static_cast<size_t>(col0 + j) * dim;
-#pragma omp simd
-        for (int d = 0; d < dim; ++d) o[d] += pj * vr[d];
       }
     }
+    accumulate_product(w.s.data(), kBlockN, rows, cols, vp + static_cast<size_t>(col0) * dim, dim, w.o.data());
   }
 
   float* lse = p.lse + (static_cast<int64_t>(b) * p.heads_q + hq) * p.seqlen_q + row0;
