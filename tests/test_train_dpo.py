@@ -25,24 +25,11 @@ from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
 from flashmask_paddle.train.integration import flashmask_enabled, prepare_model_config  # noqa: E402
 
+from preference_testing import ATTENTION, KINDS, RECIPES, step_losses, tiny_overrides  # noqa: E402
+
 pytestmark = pytest.mark.timeout(180)
 
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
 VOCAB, EOS = 97, 2
-
-
-def _op_available():
-    try:
-        from flashmask_paddle._ops import find_library
-
-        find_library()
-        return True
-    except ImportError:
-        return False
-
-
-ATTENTION = "flashmask" if _op_available() else "dense"
-KINDS = ["dense", "flashmask"] if _op_available() else ["dense"]
 
 
 def _tiny_llama(seed):
@@ -202,31 +189,28 @@ def tok_cache(tmp_path_factory):
 
 
 def _tiny(tok_cache, out, *more):
-    return ["model.hidden_size=64", "model.intermediate_size=96", "data.max_length=160", "data.max_samples=24",
-            "dpo.max_prompt_len=64", "model.tokenizer_vocab_size=400", f"model.tokenizer_cache_dir={tok_cache}",
-            "train.logging_steps=1", "train.warmup_steps=0", "train.disable_tqdm=true", f"attention={ATTENTION}",
-            f"train.output_dir={out}", *more]
-
-
-def _losses(summary):
-    return {h["global_step"]: h["loss"] for h in summary["log_history"] if "loss" in h}
+    return tiny_overrides("dpo", tok_cache, out, *more)
 
 
 @pytest.mark.parametrize("reference_free", [False, True])
 def test_dpo_recipe_runs_two_steps(reference_free, tmp_path, tok_cache):
     out = tmp_path / "dpo"
+    with_eval = [] if reference_free else ["data.eval_file=data/hh-rlhf-harmless/test.jsonl.gz"]  # 24 rows too
     summary = run_config(load_config(os.path.join(RECIPES, "dpo.yaml"), _tiny(
-        tok_cache, out, "train.max_steps=2", "train.save_steps=100", f"dpo.reference_free={str(reference_free).lower()}")))
-    losses = _losses(summary)
+        tok_cache, out, "train.max_steps=2", "train.save_steps=100", f"dpo.reference_free={str(reference_free).lower()}",
+        *with_eval)))
+    losses = step_losses(summary)
     assert summary["task"] == "dpo" and sorted(losses) == [1, 2]
     if not reference_free:  # policy == reference at step 1: the loss is exactly log 2
         assert losses[1] == pytest.approx(np.log(2), abs=1e-6)
     assert all(np.isfinite(v) and v > 0 for v in losses.values()) and losses[2] != losses[1]
-    last = summary["log_history"][-1] if "loss" in summary["log_history"][-1] else summary["log_history"][-2]
+    last = [h for h in summary["log_history"] if "loss" in h][-1]
     assert {"rewards/accuracies", "logps/chosen", "tokens_per_sec", "mask_density"} <= set(last)
     assert summary["tokens_per_sec"] > 0 and 0 < summary["mask_density"] < 0.6
     assert summary["packing"]["groups"] > 0 and (out / "model_state.pdparams").is_file()
     assert json.loads((out / "summary.json").read_text())["final_loss"] == losses[2]
+    if with_eval:
+        assert np.isfinite(summary["eval_loss"]) and 0 <= summary["eval_accuracy"] <= 1
 
 
 def test_dpo_resume_reproduces_the_next_steps_loss(tmp_path, tok_cache):
@@ -236,7 +220,7 @@ def test_dpo_resume_reproduces_the_next_steps_loss(tmp_path, tok_cache):
     assert checkpoint.is_dir()
     resumed = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
                                                    f"train.resume={checkpoint}")))
-    a, b = _losses(first), _losses(resumed)
+    a, b = step_losses(first), step_losses(resumed)
     assert sorted(b) == [3] and a[3] != a[1]
     assert b[3] == pytest.approx(a[3], rel=1e-6)
 

@@ -26,24 +26,11 @@ from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
 from flashmask_paddle.train.integration import flashmask_enabled, prepare_model_config  # noqa: E402
 from flashmask_paddle.train.rm import LlamaForRewardModel, pairwise_ranking_loss  # noqa: E402
 
+from preference_testing import ATTENTION, KINDS, RECIPES, step_losses, tiny_overrides  # noqa: E402
+
 pytestmark = pytest.mark.timeout(180)
 
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
 VOCAB, EOS = 89, 2
-
-
-def _op_available():
-    try:
-        from flashmask_paddle._ops import find_library
-
-        find_library()
-        return True
-    except ImportError:
-        return False
-
-
-ATTENTION = "flashmask" if _op_available() else "dense"
-KINDS = ["dense", "flashmask"] if _op_available() else ["dense"]
 
 
 def _tiny_rm(seed):
@@ -156,26 +143,21 @@ def tok_cache(tmp_path_factory):
 
 
 def _tiny(tok_cache, out, *more):
-    return ["model.hidden_size=64", "model.intermediate_size=96", "data.max_length=160", "data.max_samples=24",
-            "rm.max_prompt_len=64", "model.tokenizer_vocab_size=400", f"model.tokenizer_cache_dir={tok_cache}",
-            "train.logging_steps=1", "train.warmup_steps=0", "train.disable_tqdm=true", f"attention={ATTENTION}",
-            f"train.output_dir={out}", *more]
-
-
-def _losses(summary):
-    return {h["global_step"]: h["loss"] for h in summary["log_history"] if "loss" in h}
+    return tiny_overrides("rm", tok_cache, out, *more)
 
 
 def test_rm_recipe_runs_two_steps_and_saves_the_head(tmp_path, tok_cache):
     out = tmp_path / "rm"
     summary = run_config(load_config(os.path.join(RECIPES, "rm.yaml"),
-                                     _tiny(tok_cache, out, "train.max_steps=2", "train.save_steps=100")))
-    losses = _losses(summary)
+                                     _tiny(tok_cache, out, "train.max_steps=2", "train.save_steps=100",
+                                           "data.eval_file=data/hh-rlhf-harmless/test.jsonl.gz")))
+    losses = step_losses(summary)
     assert summary["task"] == "rm" and sorted(losses) == [1, 2] and losses[1] != losses[2]
     assert all(0 < v < 3 for v in losses.values())  # ~log 2 near init
     logged = [h for h in summary["log_history"] if "loss" in h]
     assert all({"accuracy", "tokens_per_sec", "mask_density"} <= set(h) for h in logged)
     assert 0 <= summary["final_accuracy"] <= 1 and summary["tokens_per_sec"] > 0
+    assert np.isfinite(summary["eval_loss"]) and 0 <= summary["eval_accuracy"] <= 1
     assert json.loads((out / "summary.json").read_text())["final_loss"] == losses[2]
     assert "score.weight" in paddle.load(str(out / "model_state.pdparams"))
 
@@ -204,6 +186,6 @@ def test_rm_resume_reproduces_the_next_steps_loss(tmp_path, tok_cache):
     checkpoint = tmp_path / "a" / "checkpoint-2"
     resumed = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
                                                    f"train.resume={checkpoint}")))
-    a, b = _losses(first), _losses(resumed)
+    a, b = step_losses(first), step_losses(resumed)
     assert sorted(b) == [3] and a[3] != a[1]
     assert b[3] == pytest.approx(a[3], rel=1e-6)
