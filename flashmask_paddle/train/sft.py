@@ -72,57 +72,15 @@ def sft_documents(rows, tokenizer, data_cfg) -> list:
 def _trainer_class():
     from paddlenlp.trl import SFTTrainer
 
-    from .dataset import split_meta
+    from .dataset import PackedMetricsMixin
 
-    class PackedSFTTrainer(SFTTrainer):
-        """SFTTrainer on pre-packed rows. Overrides only what the packed format needs:
-
-        * ``compute_loss``: the collator adds per-row bookkeeping (real tokens, visible pairs) that
-          the model must not receive; pop it, count it, then the stock loss (token-weighted mean
-          over labels != -100, i.e. over response tokens of every document in the batch);
-        * ``log``: adds tokens/s (real tokens, not padding) and mask density to each log line;
-        * ``_get_train_sampler``: sequential. The rows were shuffled once, with the recipe seed, at
-          packing time; a fixed order makes ``resume`` replay exactly the batches that follow the
-          checkpoint (the stock shuffling draws from the global RNG, whose state at epoch start is not
-          in the checkpoint).
-        SFTTrainer's own dataset preparation is skipped because the datasets are ``paddle.io.Dataset``.
+    class PackedSFTTrainer(PackedMetricsMixin, SFTTrainer):
+        """SFTTrainer on pre-packed rows: the mixin pops the per-row bookkeeping in ``compute_loss``
+        (then the stock loss: token-weighted mean over labels != -100, i.e. over the response tokens
+        of every document in the batch), logs tokens/s and mask density, and samples rows in order
+        so ``resume`` is exact. SFTTrainer's own dataset preparation (tokenizing a ``datasets``
+        text column) is skipped because our datasets are ``paddle.io.Dataset``.
         """
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._tokens = 0
-            self._pairs = 0.0
-            self._pair_slots = 0.0
-            self._t_last = time.perf_counter()
-            self.history = []  # every log dict, in order (the stock state.log_history is cleared per log)
-
-        def compute_loss(self, model, inputs, return_outputs=False):
-            inputs, meta = split_meta(inputs)
-            if "num_tokens" in meta and model.training:
-                seqlen = inputs["input_ids"].shape[1]
-                self._tokens += int(meta["num_tokens"].sum())
-                self._pairs += float(meta["visible_pairs"].sum())
-                self._pair_slots += float(len(meta["visible_pairs"]) * seqlen * seqlen)
-            return super().compute_loss(model, inputs, return_outputs=return_outputs)
-
-        def log(self, logs, **kwargs):
-            if "loss" in logs:
-                now = time.perf_counter()
-                logs["tokens_per_sec"] = round(self._tokens / max(now - self._t_last, 1e-9), 1)
-                if self._pair_slots:
-                    logs["mask_density"] = round(self._pairs / self._pair_slots, 5)
-                self._tokens, self._pairs, self._pair_slots, self._t_last = 0, 0.0, 0.0, now
-            self.history.append(dict(logs))
-            super().log(logs, **kwargs)
-
-        def _get_train_sampler(self):
-            import paddle
-
-            if self.args.world_size > 1:
-                return super()._get_train_sampler()
-            return paddle.io.BatchSampler(dataset=self.train_dataset, shuffle=False,
-                                          batch_size=self.args.per_device_train_batch_size,
-                                          drop_last=self.args.dataloader_drop_last)
 
     return PackedSFTTrainer
 
