@@ -14,23 +14,14 @@ pytest.importorskip("paddlenlp")
 
 from flashmask_paddle.train import integration  # noqa: E402
 from flashmask_paddle.train.config import ModelConfig  # noqa: E402
+from flashmask_paddle.train.integration import op_available  # noqa: E402
 from flashmask_paddle.train.modeling import build_model  # noqa: E402
 from flashmask_paddle.train.packing import IGNORE_INDEX, pack, prompt_response_document  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _op_available():
-    try:
-        from flashmask_paddle._ops import find_library
-
-        find_library()
-        return True
-    except ImportError:
-        return False
-
-
-needs_op = pytest.mark.skipif(not _op_available(), reason="flashmask custom op not built (python setup_ops.py install)")
+needs_op = pytest.mark.skipif(not op_available(), reason="flashmask custom op not built (python setup_ops.py install)")
 VOCAB = 300
 
 

@@ -14,6 +14,7 @@ pytest.importorskip("paddlenlp")
 
 from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
+from flashmask_paddle.train.integration import op_available  # noqa: E402
 from flashmask_paddle.train.sft import read_jsonl  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -21,17 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
 
 
-def _op_available():
-    try:
-        from flashmask_paddle._ops import find_library
-
-        find_library()
-        return True
-    except ImportError:
-        return False
-
-
-ATTENTION = "flashmask" if _op_available() else "dense"
+ATTENTION = "flashmask" if op_available() else "dense"
 
 
 @pytest.fixture(scope="module")

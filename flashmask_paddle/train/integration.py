@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-__all__ = ["enable_flashmask", "disable_flashmask", "flashmask_enabled", "current_kind",
+__all__ = ["enable_flashmask", "disable_flashmask", "flashmask_enabled", "current_kind", "op_available",
            "prepare_model_config", "dense_attention", "flashmask_op_attention", "KINDS"]
 
 KINDS = ("flashmask", "dense")
@@ -51,6 +51,17 @@ def _fusion_ops():
     from paddlenlp.transformers.llama import fusion_ops
 
     return fusion_ops
+
+
+def op_available() -> bool:
+    """Whether the compiled op library is installed (``attention: flashmask`` needs it; ``dense`` not)."""
+    try:
+        from flashmask_paddle._ops import find_library
+
+        find_library()
+        return True
+    except ImportError:
+        return False
 
 
 def current_kind():
