@@ -56,7 +56,7 @@ def paddlenlp_dpo_config(section) -> PaddleNLPDPOConfig:
 def _trainer_class():
     from paddlenlp.trl import DPOTrainer
 
-    from .pref_recipe import PackedMetricsMixin
+    from .dataset import PackedMetricsMixin
 
     class PackedDPOTrainer(PackedMetricsMixin, DPOTrainer):
         """``DPOTrainer`` on pre-packed rows. Overrides only:

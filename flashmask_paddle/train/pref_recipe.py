@@ -1,11 +1,11 @@
 """What the DPO and reward-model recipes share: packed preference rows from a recipe, the batch
-collator, the trainer mixin for packed rows, and the run skeleton (train, save, summarize).
+collator, and the run skeleton (train, save, summarize).
 
 Rows come from :mod:`.preference` (a prompt and its ranked answers per group, several groups per
 row, the share-question mask); everything else reuses the SFT framework: tokenizer
 (:func:`.tokenizer.get_tokenizer`, trained on the preference texts when no model dir is given),
-``PackedDataset``, ``split_meta`` bookkeeping keys, ``training_args``, ``resolve_resume`` and
-``summarize`` from :mod:`.sft`.
+``PackedDataset`` and ``PackedMetricsMixin`` (bookkeeping keys -> tokens/s, mask density; in-order
+sampler) from :mod:`.dataset`, ``training_args``, ``resolve_resume`` and ``summarize`` from :mod:`.sft`.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from . import preference
 from .config import ConfigError
 from .tokenizer import encode, get_tokenizer
 
-__all__ = ["PreferenceStats", "preference_datasets", "make_collator", "PackedMetricsMixin", "run_recipe"]
+__all__ = ["PreferenceStats", "preference_datasets", "make_collator", "run_recipe"]
 
 
 @dataclass
@@ -105,7 +105,7 @@ def preference_datasets(cfg, section, num_answers: int):
 
 def make_collator(collate):
     """Wrap a numpy collator (``preference.collate_dpo`` / ``collate_rm``) into paddle tensors plus the
-    ``num_tokens`` / ``visible_pairs`` bookkeeping keys that :class:`PackedMetricsMixin` pops.
+    ``num_tokens`` / ``visible_pairs`` bookkeeping keys that ``dataset.PackedMetricsMixin`` pops.
 
     Must not raise on data that passed ``check_row`` (a raising collate_fn hangs paddle's DataLoader).
     """
@@ -119,55 +119,6 @@ def make_collator(collate):
         return {k: paddle.to_tensor(v) for k, v in batch.items()}
 
     return collator
-
-
-class PackedMetricsMixin:
-    """Trainer mixin for packed rows, placed before the PaddleNLP trainer in the bases.
-
-    The same behaviour as ``sft.PackedSFTTrainer`` (which defines it inside its own class):
-    ``compute_loss`` pops the bookkeeping keys and counts real tokens and visible pairs; ``log``
-    adds ``tokens_per_sec`` and ``mask_density`` and keeps every log dict in ``history``;
-    ``_get_train_sampler`` reads rows in order (they were shuffled once with the recipe seed), so a
-    resumed run replays exactly the batches that follow the checkpoint.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._tokens, self._pairs, self._pair_slots = 0, 0.0, 0.0
-        self._t_last = time.perf_counter()
-        self.history = []
-
-    def compute_loss(self, model, inputs, return_outputs=False):
-        from .dataset import split_meta
-
-        inputs, meta = split_meta(inputs)
-        if "num_tokens" in meta and model.training:
-            seqlen = inputs["input_ids"].shape[1]
-            self._tokens += int(meta["num_tokens"].sum())
-            self._pairs += float(meta["visible_pairs"].sum())
-            self._pair_slots += float(len(meta["visible_pairs"]) * seqlen * seqlen)
-        # DPOTrainer.compute_loss takes no return_outputs: pass it only when asked for
-        return super().compute_loss(model, inputs, **({"return_outputs": True} if return_outputs else {}))
-
-    def log(self, logs, **kwargs):
-        if "loss" in logs:
-            now = time.perf_counter()
-            logs["tokens_per_sec"] = round(self._tokens / max(now - self._t_last, 1e-9), 1)
-            if self._pair_slots:
-                logs["mask_density"] = round(self._pairs / self._pair_slots, 5)
-            self._tokens, self._pairs, self._pair_slots, self._t_last = 0, 0.0, 0.0, now
-        result = super().log(logs, **kwargs)  # the trainers below add their metrics to `logs` in place
-        self.history.append(dict(logs))
-        return result
-
-    def _get_train_sampler(self):
-        import paddle
-
-        if self.args.world_size > 1:
-            return super()._get_train_sampler()
-        return paddle.io.BatchSampler(dataset=self.train_dataset, shuffle=False,
-                                      batch_size=self.args.per_device_train_batch_size,
-                                      drop_last=self.args.dataloader_drop_last)
 
 
 def run_recipe(cfg, build_trainer, accuracy_key: str) -> dict:

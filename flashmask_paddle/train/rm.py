@@ -173,7 +173,7 @@ def build_trainer(cfg):
 
 @functools.lru_cache(maxsize=None)  # one class object, so isinstance checks hold
 def _packed_trainer_class():
-    from .pref_recipe import PackedMetricsMixin
+    from .dataset import PackedMetricsMixin
 
     class PackedRewardTrainer(PackedMetricsMixin, RewardTrainer):
         """RewardTrainer with the packed-row bookkeeping (tokens/s, mask density, in-order sampler)."""
