@@ -122,6 +122,26 @@ def test_paddlenlp_style_three_dim_indices_mean_the_same_mask(seed):
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("kind", [pytest.param("flashmask", marks=needs_op), "dense"])
+def test_explicit_padding_mask_matches_paddlenlps_own_attention(kind, seed):
+    """Without indices, a [B, S] padding mask goes through the seam's dense branch: same as PaddleNLP."""
+    rng = np.random.default_rng(seed)
+    model = _tiny("llama", seed)
+    seqlen = int(rng.integers(9, 30))
+    ids = paddle.to_tensor(rng.integers(4, VOCAB, (2, seqlen)))
+    pad = int(rng.integers(1, seqlen - 2))
+    keep = np.ones((2, seqlen), dtype=np.int64)
+    keep[0, :pad] = 0  # left padding in row 0
+    keep = paddle.to_tensor(keep)
+    model.config.use_flash_attention = False  # PaddleNLP's eager math, its own mask handling
+    expected = model(ids, attention_mask=keep, return_dict=True).logits.numpy()
+    model.config.use_flash_attention = True
+    with integration.flashmask_enabled(kind):
+        got = model(ids, attention_mask=keep, return_dict=True).logits.numpy()
+    np.testing.assert_allclose(got[0, pad:], expected[0, pad:], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got[1], expected[1], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["flashmask", "dense"])
 def test_indices_that_do_not_match_the_batch_are_a_clear_error(kind, seed):
     rng = np.random.default_rng(seed)
