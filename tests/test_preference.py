@@ -41,8 +41,7 @@ def _expected_visible(row):
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_packed_rows_follow_share_question_layout(k):
-    rng = np.random.default_rng()
+def test_packed_rows_follow_share_question_layout(k, rng):
     for _ in range(20):
         groups = [_random_group(rng, k) for _ in range(rng.integers(1, 4))]
         max_length = sum(g.length for g in groups) + int(rng.integers(0, 6))  # odd padding amounts
@@ -70,8 +69,7 @@ def test_packed_rows_follow_share_question_layout(k):
         assert (row.input_ids[end:] == 3).all() and (row.mask[0, end:, 0] == 0).all()
 
 
-def test_share_question_mask_hides_sibling_answers():
-    rng = np.random.default_rng()
+def test_share_question_mask_hides_sibling_answers(rng):
     row = P.build_row([_random_group(rng, 3), _random_group(rng, 3)], 60, eos_id=EOS)
     vis = masks.to_dense(row.mask[None], True)[0, 0]
     for g in row.spans:
@@ -82,8 +80,7 @@ def test_share_question_mask_hides_sibling_answers():
             assert vis[s:e, slice(*g.prompt)].all()
 
 
-def test_check_row_reports_mask_inconsistency():
-    rng = np.random.default_rng()
+def test_check_row_reports_mask_inconsistency(rng):
     row = P.build_row([_random_group(rng, 2)], 30, eos_id=EOS)
     seg = row.spans[0].answers[0]
     bad_mask = row.mask.copy()
@@ -96,8 +93,7 @@ def test_check_row_reports_mask_inconsistency():
         P.check_row(P.PackedRow(row.input_ids, bad_pos, row.answer_labels, row.spans, row.mask))
 
 
-def test_response_indexs_match_paddlenlp_pairwise_format():
-    rng = np.random.default_rng()
+def test_response_indexs_match_paddlenlp_pairwise_format(rng):
     rows = [P.build_row([_random_group(rng, 2) for _ in range(n)], 80, eos_id=EOS) for n in (2, 1, 3)]
     batch = P.collate_dpo(rows)
     assert batch["input_ids"].shape == (3, 80) and batch["attn_mask_startend_row_indices"].shape == (3, 1, 80, 1)
@@ -123,6 +119,21 @@ def test_pack_preferences_truncates_or_drops_long_groups():
     assert lens[0] > lens[1] > 0  # answers cut in proportion to their lengths
     with pytest.raises(ValueError, match="no preference group fits"):
         P.pack_preferences([ex], enc, enc_answer, max_length=50, max_prompt_len=12, eos_id=EOS, truncate=False)
+
+
+def test_pack_preferences_packs_every_group_once_or_one_per_row(rng):
+    examples = [P.PreferenceExample("w " * int(rng.integers(2, 30)), ("a " * int(rng.integers(1, 9)), "b " * int(rng.integers(1, 9))))
+                for _ in range(40)]
+    enc = lambda s: [1] + [5] * len(s.split())  # noqa: E731
+    enc_answer = lambda s: [6] * len(s.split())  # noqa: E731
+    packed, stats = P.pack_preferences(examples, enc, enc_answer, max_length=64, max_prompt_len=32, eos_id=EOS,
+                                       shuffle_seed=3)
+    single, _ = P.pack_preferences(examples, enc, enc_answer, max_length=64, max_prompt_len=32, eos_id=EOS, packing=False)
+    assert sum(len(r.spans) for r in packed) == stats["groups"] == 40 and len(packed) < 40
+    assert len(single) == 40 and all(len(r.spans) == 1 for r in single)
+    assert stats["tokens"] == sum(r.num_tokens for r in single)  # packing loses and adds no token
+    again, _ = P.pack_preferences(examples, enc, enc_answer, max_length=64, max_prompt_len=32, eos_id=EOS, shuffle_seed=3)
+    assert all(np.array_equal(a.input_ids, b.input_ids) for a, b in zip(packed, again))  # the seed fixes the order
 
 
 def test_split_hh_rlhf_takes_the_dialogue_up_to_the_last_assistant_turn():
