@@ -713,7 +713,11 @@ def pick_dense_backend(torch, impls, log):
                 best = (t, backend)
         except Exception as exc:
             log(f"dense probe {backend.name} failed: {type(exc).__name__}: {exc}")
-    dense.backends = [best[1]] if best else [SDPBackend.EFFICIENT_ATTENTION]
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    if best:  # the faster first; the other stays as a fallback for shapes the first rejects
+        order.remove(best[1])
+        order.insert(0, best[1])
+    dense.backends = order
 
 
 if __name__ == "__main__":
