@@ -6,18 +6,9 @@ from __future__ import annotations
 
 import os
 
+from flashmask_paddle.train.integration import op_available
+
 RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
-
-
-def op_available() -> bool:
-    try:
-        from flashmask_paddle._ops import find_library
-
-        find_library()
-        return True
-    except ImportError:
-        return False
-
 
 ATTENTION = "flashmask" if op_available() else "dense"  # the recipe runs' attention
 KINDS = ["dense", "flashmask"] if op_available() else ["dense"]  # equivalence tests run both when they can
