@@ -36,6 +36,30 @@ def test_first_fit_decreasing_never_overfills_and_keeps_every_item(seed):
     assert sum(sum(lengths[i] for i in b) * 2 <= cap for b in bins) <= 1
 
 
+def _first_fit_decreasing_by_scanning(lengths, capacity):
+    """The textbook algorithm: scan the open bins left to right for each item, longest item first."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins, room = [], []
+    for i in order:
+        for b in range(len(bins)):
+            if room[b] >= lengths[i]:
+                bins[b].append(i)
+                room[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            room.append(capacity - lengths[i])
+    return bins
+
+
+def test_first_fit_decreasing_equals_the_textbook_scan(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        cap = int(rng.integers(1, 100))
+        lengths = rng.integers(1, cap + 1, int(rng.integers(0, 120))).tolist()
+        assert first_fit_decreasing(lengths, cap) == _first_fit_decreasing_by_scanning(lengths, cap)
+
+
 def test_first_fit_decreasing_rejects_items_longer_than_capacity():
     with pytest.raises(ValueError, match="capacity=4"):
         first_fit_decreasing([3, 5], 4)

@@ -117,6 +117,8 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list:
     """Bins of item indices: longest first, each into the first bin with room. Every length <= capacity.
 
     Deterministic (ties keep input order). Returns bins in creation order, items in insertion order.
+    O(n log n): a max-tree over the bins' free room finds the leftmost bin that fits, so packing
+    hundreds of thousands of documents stays fast.
     """
     if capacity < 1:
         raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -124,19 +126,26 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list:
     if lengths.size and (lengths.min() < 1 or lengths.max() > capacity):
         raise ValueError(f"every length must be in [1, capacity={capacity}], got min {lengths.min()} "
                          f"max {lengths.max()}")
-    order = np.argsort(-lengths, kind="stable")
-    bins, room = [], []
-    for i in order:
+    size = 1
+    while size < max(1, lengths.size):
+        size *= 2
+    # tree[size + b] = free room of bin b (capacity for bins not opened yet); inner nodes hold the max
+    tree = [capacity] * (2 * size)
+    bins = []
+    for i in np.argsort(-lengths, kind="stable"):
         n = int(lengths[i])
-        # linear first-fit over open bins; fine for the tens of thousands of documents of a recipe
-        for b, r in enumerate(room):
-            if r >= n:
-                bins[b].append(int(i))
-                room[b] -= n
-                break
-        else:
-            bins.append([int(i)])
-            room.append(capacity - n)
+        node = 1
+        while node < size:  # descend to the leftmost leaf with room >= n (the root always has room)
+            node = 2 * node if tree[2 * node] >= n else 2 * node + 1
+        b = node - size
+        if b == len(bins):
+            bins.append([])
+        bins[b].append(int(i))
+        tree[node] -= n
+        node //= 2
+        while node:
+            tree[node] = max(tree[2 * node], tree[2 * node + 1])
+            node //= 2
     return bins
 
 
