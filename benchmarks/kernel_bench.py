@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,9 @@ class Flex(Impl):
                      "accumulated_recompile_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 4096)
+        # _compile=True builds the block mask without materialising S x S (needed at 128K); torch
+        # 2.11 marks the flag deprecated in favour of torch.compile(create_block_mask), same result
+        warnings.filterwarnings("ignore", message="_compile flag on create_block_mask")
         self.torch, self.create_block_mask = torch, create_block_mask
         self.fn = torch.compile(flex_attention, dynamic=False)
         self.shape_state = {}  # (B, Sq, Sk) -> (bound buffers, mask_mod): one compile per shape

@@ -12,7 +12,8 @@
 #   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
 #   --lib PATH       use a libflashmask.so built elsewhere (e.g. here by tests/test_cuda_build.py for
 #                    sm_80+sm_90, copied into a git-excluded folder named in carry) instead of building
-#   ARCHS=90 (env)   CUDA archs to build; JOBS=16 (env) build parallelism
+#   ARCHS=90 (env)   CUDA archs to build; JOBS=16 (env) build parallelism; PYTEST_WORKERS=12 (xdist)
+#   FLASHMASK_COMMIT=<sha> (env): recorded in the summary and the benchmark JSON (no .git travels)
 # Outputs under $OUT (default ./gpu_check_out): build.log, tests.log, memcheck.log, racecheck.log,
 # bench.log, kernel_h200.json, kernel_h200.png, summary.txt. Exit status: non-zero if any step failed.
 set -uo pipefail
@@ -46,7 +47,7 @@ step() {  # step NAME LOG CMD...: runs CMD, logs, records time and status
   return $rc
 }
 
-note "gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') archs=$ARCHS"
+note "gpu_check $(date -u +%FT%TZ) commit ${FLASHMASK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} archs=$ARCHS"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$SUMMARY"
 
@@ -86,7 +87,7 @@ if [ $RUN_SANITIZE = 1 ]; then
 fi
 
 if [ $RUN_TESTS = 1 ]; then
-  XDIST=""; python3 -c "import xdist" 2>/dev/null && XDIST="-n ${PYTEST_WORKERS:-6}"
+  XDIST=""; python3 -c "import xdist" 2>/dev/null && XDIST="-n ${PYTEST_WORKERS:-12}"
   step tests "$OUT/tests.log" python3 -m pytest tests/gpu -x -q -p no:cacheprovider $XDIST $PYTEST_ARGS
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 >> "$SUMMARY"
 fi
