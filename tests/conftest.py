@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +19,15 @@ def pytest_report_header(config):
         return f"flashmask op library: {find_library()}"
     except ImportError as err:
         return f"flashmask op library: not found ({err})"
+
+
+def pytest_terminal_summary(terminalreporter):
+    cases = sys.modules.get("flashmask_op_cases")  # only when the op tests ran
+    if cases is None or not cases.WORST:
+        return
+    terminalreporter.section("flashmask op: worst error vs fp64 reference, max|a-b| / max(1, max|ref|)")
+    for dtype, errors in sorted(cases.WORST.items()):
+        terminalreporter.write_line(f"{dtype:>9}: " + ", ".join(f"{k} {v:.2e}" for k, v in sorted(errors.items())))
 
 
 @pytest.fixture

@@ -29,7 +29,10 @@ SHAPES = [
 
 # Tolerances vs the fp64 reference on the same (rounded) inputs: |a - b| <= tol * max(1, max|b|)
 # elementwise + tol * |b|. fp16/bf16 are dominated by rounding the stored result (2^-11, 2^-8).
+# Gradients get more room: the backward reads the *rounded* output O (D = rowsum(dO * O)), as every
+# FlashAttention backward does, which the reference (exact O) does not.
 TOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
+TOL_GRAD = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
 
 
 @dataclass
@@ -135,9 +138,19 @@ def max_error(actual, expected) -> float:
     return float(np.max(np.abs(actual - expected), initial=0.0) / max(1.0, float(np.max(np.abs(expected), initial=0.0))))
 
 
+# Worst error seen per dtype and quantity in this session (printed by conftest's terminal summary).
+WORST: dict[str, dict[str, float]] = {}
+
+
+def record(dtype: str, name: str, error: float) -> None:
+    per_dtype = WORST.setdefault(dtype, {})
+    per_dtype[name] = max(per_dtype.get(name, 0.0), error)
+
+
 def assert_close(name, actual, expected, tol, case):
     assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != {expected.shape}"
     assert np.isfinite(actual).all(), f"{name}: non-finite values for {case}"
+    record(case.dtype, name, max_error(actual, expected))
     scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
     bad = np.abs(actual - expected) > tol * scale + tol * np.abs(expected)
     if bad.any():
@@ -164,7 +177,7 @@ def check_forward(rng, case: Case):
 def check_backward(rng, case: Case):
     q, k, v, dout, idx = make_inputs(rng, case)
     got, want = run_op(case, q, k, v, dout, idx), reference(case, q, k, v, dout, idx)
-    tol = TOL[case.dtype]
+    tol = TOL_GRAD[case.dtype]
     for name, a, b in zip(("dq", "dk", "dv"), got[2:], want[2:]):
         assert_close(name, a, b, tol, case)
     return got, want
