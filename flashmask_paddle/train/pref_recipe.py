@@ -123,10 +123,10 @@ def make_collator(collate):
 
 def run_recipe(cfg, build_trainer, accuracy_key: str) -> dict:
     """Build, train (resuming per ``train.resume``), save, evaluate, and write ``summary.json``."""
+    import paddle
+
     from .integration import flashmask_enabled
     from .sft import resolve_resume, summarize
-
-    import paddle
 
     t0 = time.perf_counter()
     resume = resolve_resume(cfg.train)  # before any work: a bad resume fails fast
