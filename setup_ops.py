@@ -57,6 +57,16 @@ def _cutlass_include() -> list[str]:
     return [c for c in candidates if os.path.isdir(c)][:1]
 
 
+def header_dependencies() -> list[str]:
+    """Every header under paddle_ops/: a changed header must rebuild the op (setuptools only
+    compares the timestamps of sources and `depends`)."""
+    found = []
+    for dirpath, _, files in os.walk(OPS_DIR):
+        found += [os.path.relpath(os.path.join(dirpath, f), ROOT) for f in files
+                  if f.endswith((".h", ".cuh", ".hpp"))]
+    return sorted(found)
+
+
 def op_extension():
     import paddle
     from paddle.utils.cpp_extension import CppExtension, CUDAExtension
@@ -70,6 +80,7 @@ def op_extension():
     sources = read_source_list("sources_cpu.txt") + ["paddle_ops/paddle/flashmask_op.cc"]
     if not paddle.is_compiled_with_cuda():
         return CppExtension(name=OP_EXTENSION, sources=sources, include_dirs=include_dirs,
+                            depends=header_dependencies(),
                             extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
     gencode = os.environ.get(
         "FLASHMASK_CUDA_GENCODE",
@@ -81,7 +92,7 @@ def op_extension():
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DFLASHMASK_WITH_CUDA",
             "-DPADDLE_NO_PYTHON"] + gencode
     return CUDAExtension(name=OP_EXTENSION, sources=sources + cuda_sources,
-                         include_dirs=include_dirs + _cutlass_include(),
+                         include_dirs=include_dirs + _cutlass_include(), depends=header_dependencies(),
                          extra_compile_args={"cxx": cxx + ["-DFLASHMASK_WITH_CUDA"], "nvcc": nvcc},
                          extra_link_args=["-fopenmp"])
 
@@ -117,6 +128,7 @@ def main():
         version=VERSION,
         description="FlashMask column-wise sparse attention for PaddlePaddle (CPU and CUDA custom ops)",
         packages=packages,
+        package_data={"flashmask_paddle": ["**/*.yaml", "**/*.json", "**/*.txt"]},  # data beside code
         package_dir={"": "."},
         python_requires=">=3.9",
         ext_modules=[op_extension()],
