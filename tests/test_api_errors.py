@@ -123,3 +123,20 @@ def test_indices_shared_by_all_heads_equal_per_head_copies():
     vis = visible_pairs(idx, True, SQ, SK)
     np.testing.assert_allclose(one.numpy(), attention_forward(q.numpy(), k.numpy(), v.numpy(), vis)[0],
                                atol=1e-4, rtol=1e-4)
+
+
+def test_missing_op_library_names_the_install_command(monkeypatch, tmp_path):
+    from flashmask_paddle import _ops
+
+    monkeypatch.setenv("FLASHMASK_OPS_LIBRARY", str(tmp_path / "nowhere" / "flashmask_ops.so"))
+    with pytest.raises(ImportError, match="python setup_ops.py install"):
+        _ops.find_library()
+
+
+def test_tests_use_a_compiled_library_found_by_the_loader():
+    """The op under test is the one `python setup_ops.py install` put in site-packages (or an
+    in-place build next to the sources); report which."""
+    from flashmask_paddle import _ops
+
+    path = _ops.library_path()
+    assert path.endswith(_ops.LIBRARY_NAME)
