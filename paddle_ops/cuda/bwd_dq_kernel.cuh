@@ -94,10 +94,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
     clear(acc_s);
     clear(acc_dp);
     gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_s, sQ, sK, mma_sdp, tid);
+    compute_p<Tr>(acc_s, s_lse, s_col, need_mask, m0, n0, p.seqlen_k, p.causal, causal_off, scale_log2, tid);
     gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_dp, sdO, sV, mma_sdp, tid);
-    p_and_ds<Tr>(acc_s, acc_dp, s_lse, s_dpsum, s_col, need_mask, m0, n0, p.seqlen_k, p.causal, causal_off,
-                 scale_log2, tid);
-    store_acc<Tr>(acc_dp, sdS, 1.f, mma_sdp, tid);
+    compute_ds<Tr>(acc_s, acc_dp, s_dpsum, tid);
+    store_acc<Tr>(acc_dp, sdS, mma_sdp, tid);
     __syncthreads();
     gemm_ss<typename Tr::LdsmN, typename Tr::LdsmT>(acc_dq, sdS, sKt, mma_dq, tid);
     __syncthreads();  // K, V, dS and the column bounds are rewritten by the next key block
@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
   // dQ = scale * sum dS K through shared memory (Q is dead) for 16-byte global stores.
   cute::cp_async_wait<0>();
   __syncthreads();
-  store_acc<Tr>(acc_dq, sQ, p.softmax_scale, mma_dq, tid);
+  scale_acc(acc_dq, p.softmax_scale);
+  store_acc<Tr>(acc_dq, sQ, mma_dq, tid);
   __syncthreads();
   Element* dq_ptr = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
                     hq * p.dq.head_stride;

@@ -128,11 +128,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
       clear(acc_s);
       clear(acc_dp);
       gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_s, sQ, sK, mma_sdp, tid);
+      compute_p<Tr>(acc_s, s_lse, s_col, need_mask, m * kBlockM, n0, p.seqlen_k, p.causal, causal_off, scale_log2,
+                    tid);
+      store_acc<Tr>(acc_s, sP, mma_sdp, tid);  // overlaps the dP GEMM
       gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_dp, sdO, sV, mma_sdp, tid);
-      p_and_ds<Tr>(acc_s, acc_dp, s_lse, s_dpsum, s_col, need_mask, m * kBlockM, n0, p.seqlen_k, p.causal,
-                   causal_off, scale_log2, tid);
-      store_acc<Tr>(acc_s, sP, 1.f, mma_sdp, tid);
-      store_acc<Tr>(acc_dp, sdS, 1.f, mma_sdp, tid);
+      compute_ds<Tr>(acc_s, acc_dp, s_dpsum, tid);
+      store_acc<Tr>(acc_dp, sdS, mma_sdp, tid);
       __syncthreads();
 
       gemm_ss<typename Tr::LdsmT, typename Tr::LdsmT>(acc_dv, sPt, sdOt, mma_dkv, tid);
@@ -141,12 +142,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kD>>{});
         clear(acc_dq);
         gemm_ss<typename Tr::LdsmN, typename Tr::LdsmT>(acc_dq, sdS, sKt, mma_dq, tid);
-        // Padded rows exist in the workspace, so no edge checks.
-        Tensor gdQ = make_tensor(make_gmem_ptr(ws.dq_accum + (row_base + m * kBlockM) * kD),
-                                 Shape<Int<kBlockM>, Int<kD>>{}, Stride<Int<kD>, _1>{});
-        Tensor tdQg = mma_dq.get_thread_slice(tid).partition_C(gdQ);
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); ++i) atomicAdd(&tdQg(i), acc_dq(i));
+        // Thread order, not row-major (bwd_workspace.h); padded rows exist, so no edge checks.
+        dq_accum_add<Tr::kThreads>(ws.dq_accum + (row_base + m * kBlockM) * kD, acc_dq, tid);
       }
       __syncthreads();  // the next prefetch overwrites this stage; P/dS/row vectors are rewritten
       m = m_next;
@@ -158,8 +155,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
   // dK = scale * sum dS^T Q and dV through shared memory (K/V are dead) for 16-byte global stores.
   cute::cp_async_wait<0>();
   __syncthreads();
-  store_acc<Tr>(acc_dk, sK, p.softmax_scale, mma_dkv, tid);
-  store_acc<Tr>(acc_dv, sV, 1.f, mma_dkv, tid);
+  scale_acc(acc_dk, p.softmax_scale);
+  store_acc<Tr>(acc_dk, sK, mma_dkv, tid);
+  store_acc<Tr>(acc_dv, sV, mma_dkv, tid);
   __syncthreads();
   Element* dk_ptr = static_cast<Element*>(p.dk.data) + b * p.dk.batch_stride + int64_t(n0) * p.dk.row_stride +
                     hk * p.dk.head_stride;

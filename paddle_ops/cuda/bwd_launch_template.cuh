@@ -6,6 +6,7 @@
 
 #include <cutlass/numeric_types.h>
 
+#include "bwd_convert_dq.cuh"
 #include "bwd_dq_kernel.cuh"
 #include "bwd_kernel.cuh"
 #include "bwd_preprocess.h"
@@ -39,7 +40,9 @@ void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream)
     dq<<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, Tr::kSmemDq, stream>>>(p, ws);
     FM_CHECK_LAUNCH("dq_kernel");
   } else {
-    launch_convert_dq(p, ws, stream);
+    const int m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+    convert_dq_kernel<Tr><<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, 0, stream>>>(p, ws);
+    FM_CHECK_LAUNCH("convert_dq_kernel");
   }
 }
 

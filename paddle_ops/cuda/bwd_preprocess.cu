@@ -16,7 +16,7 @@ namespace {
 constexpr int kWarpsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Eight 16-bit values <-> floats.
+// Eight 16-bit values -> floats.
 template <typename T> struct Pack8;
 template <> struct Pack8<__nv_bfloat16> {
   static __device__ void to_float(const uint4& u, float* f) {
@@ -24,7 +24,6 @@ template <> struct Pack8<__nv_bfloat16> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) { float2 x = __bfloat1622float2(h[i]); f[2 * i] = x.x; f[2 * i + 1] = x.y; }
   }
-  static __device__ __nv_bfloat162 from_float2(float a, float b) { return __floats2bfloat162_rn(a, b); }
 };
 template <> struct Pack8<__half> {
   static __device__ void to_float(const uint4& u, float* f) {
@@ -32,7 +31,6 @@ template <> struct Pack8<__half> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) { float2 x = __half22float2(h[i]); f[2 * i] = x.x; f[2 * i + 1] = x.y; }
   }
-  static __device__ __half2 from_float2(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
 template <typename T>
@@ -71,26 +69,6 @@ __global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
   }
 }
 
-template <typename T>
-__global__ void convert_dq_kernel(BwdParams p, Workspace ws) {
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
-  if (row >= p.seqlen_q) return;
-  const float4* acc = reinterpret_cast<const float4*>(
-      ws.dq_accum + ((int64_t(b) * p.heads_q + h) * ws.seqlen_q_pad + row) * p.head_dim);
-  T* dq = static_cast<T*>(p.dq.data) + b * p.dq.batch_stride + row * p.dq.row_stride + h * p.dq.head_stride;
-  using T2 = decltype(Pack8<T>::from_float2(0.f, 0.f));
-  for (int c = lane; c < p.head_dim / 4; c += 32) {
-    const float4 a = acc[c];
-    T2 lo = Pack8<T>::from_float2(a.x * p.softmax_scale, a.y * p.softmax_scale);
-    T2 hi = Pack8<T>::from_float2(a.z * p.softmax_scale, a.w * p.softmax_scale);
-    T2* out = reinterpret_cast<T2*>(dq + c * 4);
-    out[0] = lo;
-    out[1] = hi;
-  }
-}
-
 dim3 row_grid(const BwdParams& p, int rows) {
   return dim3((rows + kWarpsPerCta - 1) / kWarpsPerCta, p.heads_q, p.batch);
 }
@@ -104,15 +82,6 @@ void launch_prepare_rows(const BwdParams& p, const Workspace& ws, cudaStream_t s
   else
     prepare_rows_kernel<__half><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
   FM_CHECK_LAUNCH("prepare_rows");
-}
-
-void launch_convert_dq(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
-  const dim3 grid = row_grid(p, p.seqlen_q);
-  if (p.dtype == DType::kBFloat16)
-    convert_dq_kernel<__nv_bfloat16><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
-  else
-    convert_dq_kernel<__half><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
-  FM_CHECK_LAUNCH("convert_dq");
 }
 
 }  // namespace bwd

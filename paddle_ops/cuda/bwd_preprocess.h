@@ -1,6 +1,5 @@
-// The small kernels around the backward main loop (bwd_preprocess.cu):
+// The row preprocessing before the backward main loop (bwd_preprocess.cu):
 //   prepare_rows   D = rowsum(dO * O), LSE in log2 units (+inf where P must be 0), dQ accumulator zeroed
-//   convert_dq     dQ = softmax_scale * dq_accum, cast to the output dtype and layout
 #pragma once
 
 #include "flashmask/params.h"
@@ -12,7 +11,6 @@ namespace flashmask {
 namespace bwd {
 
 void launch_prepare_rows(const BwdParams& p, const Workspace& ws, cudaStream_t stream);
-void launch_convert_dq(const BwdParams& p, const Workspace& ws, cudaStream_t stream);
 
 }  // namespace bwd
 }  // namespace flashmask

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
 
 #include <cmath>
 
@@ -77,13 +79,15 @@ __device__ __forceinline__ void store_rows(const STensor& s, GTensor& g, int val
     if (get<0>(coord(0, m, 0)) < valid_rows) cute::copy(tiled, src(_, m, _), dst(_, m, _));
 }
 
-// Cast an fp32 accumulator (times `scale`) to Element and write it into a shared tile.
+// Cast an fp32 accumulator to Element (packed cvt, two values per instruction) and write it into a
+// shared tile.
 template <typename Tr, typename TiledMma, typename Acc, typename STensor>
-__device__ __forceinline__ void store_acc(const Acc& acc, STensor& s, float scale, const TiledMma& mma, int tid) {
+__device__ __forceinline__ void store_acc(const Acc& acc, STensor& s, const TiledMma& mma, int tid) {
   using Element = typename Tr::Element;
-  Tensor r = make_fragment_like<Element>(acc);
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); ++i) r(i) = static_cast<Element>(acc(i) * scale);
+  constexpr int N = decltype(size(acc))::value;
+  cutlass::NumericArrayConverter<Element, float, N> convert;
+  auto packed = convert(*reinterpret_cast<const cutlass::Array<float, N>*>(acc.data()));
+  Tensor r = make_tensor(make_rmem_ptr<Element>(&packed), acc.layout());
   auto tiled = make_tiled_copy_C(typename Tr::StoreAcc{}, mma);
   auto thr = tiled.get_thread_slice(tid);
   cute::copy(tiled, thr.retile_S(r), thr.partition_D(s));
@@ -112,24 +116,97 @@ __device__ __forceinline__ void load_columns(const BwdParams& p, const int32_t* 
   }
 }
 
-// In place: acc_s (S) becomes P = exp2(S * scale_log2 - lse_log2) and acc_dp (dP) becomes
-// dS = P * (dP - D). Element masks only when `need_mask` (partial tile or last key block); masked
-// and padding elements get P = 0 and hence dS = 0.
-template <typename Tr, typename Acc>
-__device__ __forceinline__ void p_and_ds(Acc& acc_s, Acc& acc_dp, const float* s_lse, const float* s_dpsum,
-                                         const ColumnBounds* s_col, bool need_mask, int m0, int n0,
-                                         int seqlen_k, bool causal, int causal_off, float scale_log2, int tid) {
-  typename Tr::MmaSdP mma;
-  auto thr = mma.get_thread_slice(tid);
-  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
+// Where value i of thread `tid` of the dQ TiledMMA lives inside a dq_accum tile (bwd_workspace.h):
+// consecutive threads at consecutive addresses, so a warp's atomics cover one contiguous span. sm90+
+// adds 4 values per instruction (float4 atomicAdd), so there each thread owns 4 consecutive floats.
+template <int kThreads>
+__device__ __forceinline__ int dq_accum_index(int i, int tid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return ((i / 4) * kThreads + tid) * 4 + i % 4;
+#else
+  return i * kThreads + tid;
+#endif
+}
+
+// tile[dq_accum_index(i, tid)] += acc(i) for every value of this thread.
+template <int kThreads, typename Acc>
+__device__ __forceinline__ void dq_accum_add(float* tile, const Acc& acc, int tid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(decltype(size(acc))::value % 4 == 0);
   CUTE_UNROLL
-  for (int i = 0; i < size(acc_s); ++i) {
-    const int r = get<0>(coord(i)), c = get<1>(coord(i));
-    float p = exp2_approx(acc_s(i) * scale_log2 - s_lse[r]);
-    if (need_mask && (n0 + c >= seqlen_k || is_masked(m0 + r, n0 + c, s_col[c], causal, causal_off))) p = 0.f;
-    acc_s(i) = p;
-    acc_dp(i) = p * (acc_dp(i) - s_dpsum[r]);
+  for (int i = 0; i < size(acc); i += 4)
+    atomicAdd(reinterpret_cast<float4*>(tile + dq_accum_index<kThreads>(i, tid)),
+              make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3)));
+#else
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) atomicAdd(tile + dq_accum_index<kThreads>(i, tid), acc(i));
+#endif
+}
+
+// View of an sm80 MMA accumulator ((2,2), MMA_M, MMA_N) as (rows, cols): ((2, MMA_M), (2, MMA_N)).
+// The first value mode is the column pair, the second the row half (+8).
+template <typename Layout>
+__device__ __forceinline__ auto acc_rowcol(Layout l) {
+  static_assert(decltype(rank(l))::value == 3);
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+}
+
+// In place: acc_s (S) becomes P = exp2(S * scale_log2 - lse_log2). kMask (partial tile or last key
+// block) applies the element mask; masked and padding elements get P = 0 (and hence dS = 0).
+template <typename Tr, bool kMask, typename Acc>
+__device__ __forceinline__ void compute_p_impl(Acc& acc_s, const float* s_lse, const ColumnBounds* s_col, int m0,
+                                               int n0, int seqlen_k, bool causal, int causal_off, float scale_log2,
+                                               int tid) {
+  typename Tr::MmaSdP mma;
+  Tensor coord_acc = mma.get_thread_slice(tid).partition_C(
+      make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
+  Tensor coord = make_tensor(coord_acc.data(), acc_rowcol(coord_acc.layout()));
+  Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(s); ++mi) {
+    const int r = get<0>(coord(mi, 0));
+    const float lse = s_lse[r];
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s); ++ni) {
+      float p = exp2_approx(s(mi, ni) * scale_log2 - lse);
+      if constexpr (kMask) {
+        const int c = get<1>(coord(mi, ni));
+        if (n0 + c >= seqlen_k || is_masked(m0 + r, n0 + c, s_col[c], causal, causal_off)) p = 0.f;
+      }
+      s(mi, ni) = p;
+    }
   }
+}
+
+template <typename Tr, typename Acc>
+__device__ __forceinline__ void compute_p(Acc& acc_s, const float* s_lse, const ColumnBounds* s_col, bool need_mask,
+                                          int m0, int n0, int seqlen_k, bool causal, int causal_off, float scale_log2,
+                                          int tid) {
+  if (need_mask) compute_p_impl<Tr, true>(acc_s, s_lse, s_col, m0, n0, seqlen_k, causal, causal_off, scale_log2, tid);
+  else compute_p_impl<Tr, false>(acc_s, s_lse, s_col, m0, n0, seqlen_k, causal, causal_off, scale_log2, tid);
+}
+
+// In place: acc_dp (dP) becomes dS = P * (dP - D), D read once per row.
+template <typename Tr, typename Acc>
+__device__ __forceinline__ void compute_ds(const Acc& acc_p, Acc& acc_dp, const float* s_dpsum, int tid) {
+  typename Tr::MmaSdP mma;
+  Tensor coord_acc = mma.get_thread_slice(tid).partition_C(
+      make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
+  Tensor coord = make_tensor(coord_acc.data(), acc_rowcol(coord_acc.layout()));
+  Tensor p = make_tensor(acc_p.data(), acc_rowcol(acc_p.layout()));
+  Tensor dp = make_tensor(acc_dp.data(), acc_rowcol(acc_dp.layout()));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(dp); ++mi) {
+    const float dpsum = s_dpsum[get<0>(coord(mi, 0))];
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(dp); ++ni) dp(mi, ni) = p(mi, ni) * (dp(mi, ni) - dpsum);
+  }
+}
+
+template <typename Acc>
+__device__ __forceinline__ void scale_acc(Acc& acc, float scale) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) acc(i) *= scale;
 }
 
 // BlockBounds of key block `n_block` as seen by query head `head_q` of batch `b`.

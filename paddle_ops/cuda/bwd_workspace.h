@@ -6,7 +6,10 @@
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
 //   bounds    BlockBounds [slices, n_blocks] per key block min/max of the four column bounds, built
 //             by preprocess.cuh's launch_block_bounds (shared with the forward) at block_n
-//   dq_accum  float [B, Hq, Sq_pad, D]  fp32 dQ (atomic mode only; absent when deterministic)
+//   dq_accum  float [B, Hq, Sq_pad, D]  fp32 dQ (atomic mode only; absent when deterministic). Each
+//             block_m x D tile is stored in MMA-thread order, not row-major (dq_accum_index in
+//             bwd_tile_math.cuh), so every warp's atomicAdd covers one contiguous span;
+//             bwd_convert_dq.cuh maps it back.
 #pragma once
 
 #include <cstddef>

@@ -8,7 +8,7 @@ mkdir -p $OUTD
 ARCHS=${ARCHS:-90}
 GENCODE=""
 for a in $ARCHS; do GENCODE="$GENCODE -gencode arch=compute_$a,code=sm_$a"; done
-FLAGS="-std=c++17 --expt-relaxed-constexpr -O3 -Xcompiler -fPIC $GENCODE -I paddle_ops/include -I paddle_ops/cuda -I .third_party/cutlass_include"
+FLAGS="${NVCC_EXTRA:-} -std=c++17 --expt-relaxed-constexpr -O3 -Xcompiler -fPIC $GENCODE -I paddle_ops/include -I paddle_ops/cuda -I .third_party/cutlass_include"
 SRCS="paddle_ops/cuda/bwd_hdim64.cu paddle_ops/cuda/bwd_hdim128.cu paddle_ops/cuda/bwd_hdim256.cu paddle_ops/cuda/bwd_preprocess.cu paddle_ops/cuda/bwd_launch.cu paddle_ops/cuda/preprocess.cu paddle_ops/cuda/tests_dev/bwd_entry.cu"
 pids=""
 for s in $SRCS; do

@@ -5,7 +5,8 @@
 Correctness: random inputs, out/LSE from the fp64 oracle (flashmask_paddle.reference), outputs and
 workspace poisoned with NaN, dq/dk/dv compared with the oracle's backward by ||x - ref|| / ||ref||;
 deterministic mode run twice and compared bitwise. --bench times the backward at 8K (B=4, H=16,
-D=128, bf16) for causal and causal-document masks with CUDA events.
+D=128, bf16) and 32K (B=1) for causal, causal-document and share-question masks with CUDA
+events; --tiny runs two small problems (for compute-sanitizer).
 """
 from __future__ import annotations
 
@@ -58,9 +59,9 @@ def make_args(q, k, v, out, lse, idx, causal, scale, dout, dq, dk, dv, determini
     a.softmax_scale = scale
     a.causal = int(causal)
     a.q, a.k, a.v, a.out = view(q), view(k), view(v), view(out)
-    a.lse = ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float))
+    a.lse = lse.data_ptr()
     if idx is not None:
-        a.startend_row_indices = ctypes.cast(idx.data_ptr(), ctypes.POINTER(ctypes.c_int32))
+        a.startend_row_indices = idx.data_ptr()
         a.mask_heads, a.mask_cols = hm, c
     a.dout, a.dq, a.dk, a.dv = view(dout), view(dq), view(dk), view(dv)
     a.deterministic = int(deterministic)
@@ -167,7 +168,12 @@ def correctness(lib, seed):
     worst = {}
     ok = True
     for i, case in enumerate(CASES):
-        errs, same, fm = run_case(lib, rng, **case)
+        try:
+            errs, same, fm = run_case(lib, rng, **case)
+        except Exception as e:  # report and go on: one bad case should not hide the others
+            print(f"case {i:2d} ERROR {case}: {e}", flush=True)
+            ok = False
+            continue
         tag = f"d{case.get('d')}-{case.get('dt')}"
         bad = any(not (e <= 1e-2) for e in errs.values()) or (case.get("deterministic") and not same)
         ok &= not bad
@@ -190,78 +196,115 @@ def doc_lengths(rng, s):
     return lens
 
 
-def bench(lib, s=8192, b=4, h=16, d=128, reps=10):
-    rng = np.random.default_rng(1)
-    dtype = torch.bfloat16
-    q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
-    scale = d ** -0.5
-    rows = []
-    masks = {"causal": None}
-    idx = np.zeros((b, 1, s, 1), np.int32)
-    pairs_doc = 0
+def mask_lts(rng, s, kind):
+    """LTS column of a causal C=1 mask (row >= LTS masked) for one sequence, or None for plain causal."""
+    if kind == "causal":
+        return None
+    lts = np.zeros(s, np.int32)
+    start = 0
+    for n in doc_lengths(rng, s):
+        end = start + n
+        if kind == "causal_document":
+            lts[start:end] = end
+        elif kind == "share_question":  # prompt = first third (seen by both answers), then two answers
+            p_len = n // 3
+            a1 = (n - p_len) // 2
+            lts[start:start + p_len] = end
+            lts[start + p_len:start + p_len + a1] = start + p_len + a1
+            lts[start + p_len + a1:end] = end
+        start = end
+    return lts
+
+
+def forward_fp32(q, k, v, lts, scale, chunk=4096):
+    """out / LSE of causal attention with an optional LTS column mask, fp32 in row chunks."""
+    b, s, h, d = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    cols = torch.arange(s, device="cuda")
     for bi in range(b):
-        start = 0
-        for n in doc_lengths(rng, s):
-            idx[bi, 0, start:start + n, 0] = start + n
-            pairs_doc += n * (n + 1) // 2
-            start += n
-    masks["causal_document"] = idx
-    for name, idx_np in masks.items():
-        idx_t = torch.from_numpy(idx_np).cuda() if idx_np is not None else None
-        # out / LSE in fp32 (torch), one (b, h) at a time
-        out = torch.empty_like(q)
-        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-        ar = torch.arange(s, device="cuda")
-        for bi in range(b):
-            vis = ar[None, :] <= ar[:, None]
-            if idx_t is not None:
-                vis = vis & ~(ar[:, None] >= idx_t[bi, 0, :, 0][None, :])
+        for r0 in range(0, s, chunk):
+            rows = torch.arange(r0, min(s, r0 + chunk), device="cuda")[:, None]
+            vis = cols[None, :] <= rows
+            if lts is not None:
+                vis = vis & (rows < lts[bi][None, :])
             for hi in range(h):
-                sc = (q[bi, :, hi].float() @ k[bi, :, hi].float().T) * scale
+                sc = (q[bi, r0:r0 + chunk, hi].float() @ k[bi, :, hi].float().T) * scale
                 sc = sc.masked_fill(~vis, float("-inf"))
                 l_ = torch.logsumexp(sc, -1)
-                lse[bi, hi] = l_
-                out[bi, :, hi] = (torch.exp(sc - l_[:, None]) @ v[bi, :, hi].float()).to(dtype)
-        pairs = b * s * (s + 1) // 2 if idx_np is None else pairs_doc
-        flops = 2.5 * 4 * d * pairs * h
-        for det in (False, True):
-            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            a = make_args(q, k, v, out, lse, idx_t, True, scale, dout, dq, dk, dv, det, 1, 1 if idx_t is not None else 0)
-            ws = {}
-            for _ in range(3):
-                lib.bwd(a, ws)
-            torch.cuda.synchronize()
-            ts = []
-            for _ in range(reps):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                lib.bwd(a, ws)
-                e1.record()
-                torch.cuda.synchronize()
-                ts.append(e0.elapsed_time(e1))
-            ms = float(np.median(ts))
-            rows.append(dict(mask=name, deterministic=det, ms=ms, tflops=flops / ms / 1e9))
-            print(f"bench {name:16s} det={det!s:5s} bwd {ms:8.3f} ms  {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
-        if idx_np is None:  # FA2 (sdpa FLASH_ATTENTION) side by side
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-            qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
-            g = dout.transpose(1, 2)
-            for _ in range(3):
-                o.backward(g, retain_graph=True)
-            torch.cuda.synchronize()
-            ts = []
-            for _ in range(reps):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                o.backward(g, retain_graph=True)
-                e1.record()
-                torch.cuda.synchronize()
-                ts.append(e0.elapsed_time(e1))
-            ms = float(np.median(ts))
-            rows.append(dict(mask="causal", impl="fa2", ms=ms, tflops=flops / ms / 1e9))
-            print(f"bench {'causal FA2':16s}           bwd {ms:8.3f} ms  {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
+                lse[bi, hi, r0:r0 + chunk] = l_
+                out[bi, r0:r0 + chunk, hi] = (torch.exp(sc - l_[:, None]) @ v[bi, :, hi].float()).to(q.dtype)
+    return out, lse
+
+
+def time_ms(fn, reps=10):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    return float(np.median(ts))
+
+
+def bench(lib, configs, h=16, d=128):
+    rows = []
+    for s, b, kinds in configs:
+        rng = np.random.default_rng(s)
+        dtype = torch.bfloat16
+        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
+        scale = d ** -0.5
+        for kind in kinds:
+            lts_np = [mask_lts(rng, s, kind) for _ in range(b)]
+            if lts_np[0] is None:
+                lts_t, idx_t = None, None
+                pairs = b * s * (s + 1) // 2
+            else:
+                lts_t = torch.from_numpy(np.stack(lts_np)).cuda()
+                idx_t = lts_t.reshape(b, 1, s, 1).contiguous()
+                pairs = int(sum(int((l - np.arange(s)).clip(min=0).sum()) for l in lts_np))
+            out, lse = forward_fp32(q, k, v, lts_t, scale)
+            flops = 2.5 * 4 * d * pairs * h
+            for det in (False, True):
+                dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                a = make_args(q, k, v, out, lse, idx_t, True, scale, dout, dq, dk, dv, det, 1,
+                              1 if idx_t is not None else 0)
+                ws = {}
+                ms = time_ms(lambda: lib.bwd(a, ws))
+                rows.append(dict(impl="flashmask", mask=kind, seqlen=s, batch=b, heads=h, head_dim=d,
+                                 dtype="bf16", deterministic=det, bwd_ms=ms, bwd_tflops=flops / ms / 1e9))
+                print(f"bench {kind:16s} S={s:6d} B={b} det={det!s:5s} bwd {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s",
+                      flush=True)
+                if os.environ.get("BWD_PROFILE") and not det:  # per-kernel times
+                    from torch.profiler import ProfilerActivity, profile
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(3):
+                            lib.bwd(a, ws)
+                        torch.cuda.synchronize()
+                    for ev in prof.key_averages():
+                        t_us = getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
+                        if t_us > 0 and "flashmask" in ev.key:
+                            print(f"    kernel {ev.key[:70]:70s} {t_us / 3 / 1e3:8.3f} ms/call")
+            if kind == "causal":  # FA2 (sdpa FLASH_ATTENTION) side by side
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+                qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+                g = dout.transpose(1, 2)
+                ms = time_ms(lambda: o.backward(g, retain_graph=True))
+                rows.append(dict(impl="fa2", mask=kind, seqlen=s, batch=b, heads=h, head_dim=d, dtype="bf16",
+                                 bwd_ms=ms, bwd_tflops=flops / ms / 1e9))
+                print(f"bench {'causal FA2':16s} S={s:6d} B={b}           bwd {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s",
+                      flush=True)
+                del o, qt, kt, vt
+            del out, lse
+        del q, k, v, dout
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -269,8 +312,16 @@ if __name__ == "__main__":
     lib = Lib(sys.argv[1])
     seed = int(time.time()) % 100000
     print("seed", seed, torch.cuda.get_device_name())
+    if "--tiny" in sys.argv:  # for compute-sanitizer: two small problems, both dQ modes
+        rng = np.random.default_rng(seed)
+        for det in (False, True):
+            print(run_case(lib, rng, b=1, sq=130, sk=150, hq=2, hk=1, d=128, causal=True, c=2, hm=2,
+                           deterministic=det))
+        sys.exit(0)
     ok, worst = correctness(lib, seed)
-    rows = bench(lib) if "--bench" in sys.argv else []
+    configs = [(8192, 4, ["causal", "causal_document", "share_question"]),
+               (32768, 1, ["causal", "causal_document", "share_question"])]
+    rows = bench(lib, configs) if "--bench" in sys.argv else []
     outdir = os.environ.get("OUT")
     if outdir:
         with open(os.path.join(outdir, "bwd_check.json"), "w") as f:
