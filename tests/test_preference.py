@@ -119,6 +119,10 @@ def test_pack_preferences_truncates_or_drops_long_groups():
     assert lens[0] > lens[1] > 0  # answers cut in proportion to their lengths
     with pytest.raises(ValueError, match="no preference group fits"):
         P.pack_preferences([ex], enc, enc_answer, max_length=50, max_prompt_len=12, eos_id=EOS, truncate=False)
+    # no room left for any answer token once the prompt and the k segment openers are placed: dropped
+    three = P.PreferenceExample("p " * 40, ("a " * 30, "b " * 10, "c " * 5))
+    group, reason = P.tokenize_example(three, enc, enc_answer, max_length=20, max_prompt_len=19)
+    assert group is None and reason == "too_long"
 
 
 def test_pack_preferences_packs_every_group_once_or_one_per_row(rng):

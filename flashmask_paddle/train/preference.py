@@ -225,7 +225,7 @@ def tokenize_example(example: PreferenceExample, encode_prompt: Callable[[str], 
     if not truncate:
         return None, "too_long"
     prompt = prompt[-max_prompt_len:]
-    budget = max_length - (len(prompt) - 1) - len(answers)  # tokens left for answer bodies
+    budget = max(0, max_length - (len(prompt) - 1) - len(answers))  # tokens left for answer bodies
     total = sum(len(a) for a in answers)
     if budget < total:
         answers = [a[: budget * len(a) // total] for a in answers]
