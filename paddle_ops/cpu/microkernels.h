@@ -12,12 +12,17 @@
 namespace flashmask {
 namespace cpu {
 
+// Vector width follows the ISA the file is compiled for (setup_ops.py uses -march=native; the CMake
+// library builds for the baseline ISA); rows per block keep the accumulators within the registers.
 #if defined(__AVX512F__)
 constexpr int kVecWidth = 16;
 constexpr int kRowBlock = 4;
-#else
+#elif defined(__AVX__)
 constexpr int kVecWidth = 8;
 constexpr int kRowBlock = 2;
+#else
+constexpr int kVecWidth = 4;
+constexpr int kRowBlock = 1;
 #endif
 typedef float vfloat __attribute__((vector_size(kVecWidth * sizeof(float))));
 
