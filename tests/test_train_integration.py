@@ -2,7 +2,8 @@
 
 Tolerances (float32 throughout): logits and gradients of flashmask vs dense agree to 1e-4 absolute
 (values are O(1); both accumulate in float32 in different orders); the packed SFT loss equals the
-token-weighted loss of the documents run one by one to 1e-5 relative.
+token-weighted loss of the documents run one by one to 1e-5 relative, and its gradients equal the
+token-weighted sum of the per-document gradients to 1e-5 absolute + 1e-3 relative.
 """
 from __future__ import annotations
 
@@ -108,6 +109,32 @@ def test_packed_sft_loss_equals_token_weighted_loss_of_documents_run_alone(kind,
         packed = float(model(**batch, return_dict=True).loss)
         alone = _token_weighted_unpacked_loss(model, docs, [k for p in packs for k in p.doc_ids])
     assert packed == pytest.approx(alone, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("flashmask", marks=needs_op), "dense"])
+def test_packed_sft_gradients_equal_those_of_documents_run_alone(kind, seed):
+    """d(packed loss) == d(sum over documents of n_doc / N * that document's mean loss), every parameter."""
+    rng = np.random.default_rng(seed)
+    model = _tiny("llama", seed)
+    model.train()
+    batch, packs, docs = _packed_batch(rng, rows=2, seqlen=int(rng.integers(40, 80)))
+    with integration.flashmask_enabled(kind):
+        model(**batch, return_dict=True).loss.backward()
+        packed = {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+        model.clear_gradients()
+        doc_ids = [k for p in packs for k in p.doc_ids]
+        counts = {k: int((np.asarray(docs[k].labels) != IGNORE_INDEX).sum()) for k in doc_ids}
+        total = sum(counts.values())
+        for k in doc_ids:
+            d = docs[k]
+            out = model(paddle.to_tensor([list(d.input_ids)]), labels=paddle.to_tensor([list(d.labels)]),
+                        return_dict=True)
+            (out.loss * (counts[k] / total)).backward()  # gradients accumulate over documents
+        alone = {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+        model.clear_gradients()
+    assert packed.keys() == alone.keys() and len(packed) > 0
+    for name in packed:
+        np.testing.assert_allclose(packed[name], alone[name], atol=1e-5, rtol=1e-3, err_msg=name)
 
 
 @needs_op
