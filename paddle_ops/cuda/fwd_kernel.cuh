@@ -71,7 +71,8 @@ struct FwdTraits {
 
   static constexpr int kSmemQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr int kSmemKVBytes = kBlockN * kHeadDim * sizeof(Element);
-  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes;  // Q, K, V (O reuses Q)
+  static constexpr int kSmemBoundsBytes = kBlockN * sizeof(ColumnBounds);  // of a partial tile
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kSmemBoundsBytes;  // O reuses Q
 };
 
 // ---- layout helpers ------------------------------------------------------------------------------
@@ -104,14 +105,15 @@ __device__ __forceinline__ auto convert_to(Tensor<Engine, Layout> const& t) {
 
 // ---- copies --------------------------------------------------------------------------------------
 
-// Global -> shared for the rows below `rows_left`; rows past the sequence end are zero-filled so
-// that no garbage (possibly NaN) enters the GEMMs.
-template <class TiledCopy, class Src, class Dst, class Ident>
+// Global -> shared. With kCheckRows, only the rows below `rows_left` are read and the rows past the
+// sequence end are zero-filled, so that no garbage (possibly NaN) enters the GEMMs; without it the
+// caller guarantees a full tile.
+template <bool kCheckRows, class TiledCopy, class Src, class Dst, class Ident>
 __device__ __forceinline__ void copy_rows(TiledCopy const& tiled_copy, Src const& src, Dst& dst,
                                           Ident const& ident, int rows_left) {
   CUTE_UNROLL
   for (int m = 0; m < size<1>(src); ++m) {
-    if (get<0>(ident(0, m, 0)) < rows_left) {
+    if (!kCheckRows || get<0>(ident(0, m, 0)) < rows_left) {
       CUTE_UNROLL
       for (int k = 0; k < size<2>(src); ++k) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
     } else {
@@ -157,25 +159,40 @@ __device__ __forceinline__ void gemm_reg_smem(Acc& acc, RA const& rA, RB& rB, SB
 
 // ---- masking and softmax -------------------------------------------------------------------------
 
-// Sets masked scores (mask.h's is_masked, plus columns past Sk) to -inf. Each thread reads the
-// bounds of each of its columns once per tile (L1-cached; neighbouring lanes share lines).
-template <class Scores, class Coords>
+// Stages the normalised bounds of key block n_block's columns (< Sk) in shared memory with 16-byte
+// cp.async, in the same group as that block's K, so that the element mask reads them from smem.
+template <int kBlockN, int kNThreads>
+__device__ __forceinline__ void load_tile_bounds(ColumnBounds* s_bounds, const ColumnBounds* columns,
+                                                 int n_block, int seqlen_k, int tid) {
+  const int n_cols = min(kBlockN, seqlen_k - n_block * kBlockN);
+  const ColumnBounds* src = columns + (int64_t)n_block * kBlockN;
+  for (int c = tid; c < n_cols; c += kNThreads)
+    SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>::copy(*reinterpret_cast<const cute::uint128_t*>(src + c),
+                                                     *reinterpret_cast<cute::uint128_t*>(s_bounds + c));
+}
+
+// Sets masked scores (mask.h's is_masked, plus columns past Sk) to -inf, without branches.
+// kHasBounds: the tile's normalised column bounds are in smem (`tile_bounds`); otherwise the
+// bounds are load_column_bounds' defaults for "no indices" (causal / Sk edge only).
+template <bool kHasBounds, class Scores, class Coords>
 __device__ __forceinline__ void apply_mask(Scores& scores, Coords const& coords, int row0, int col0,
-                                           const FwdParams& p, const int32_t* mask_cols,
+                                           const FwdParams& p, const ColumnBounds* tile_bounds,
                                            int32_t causal_off) {
   CUTE_UNROLL
   for (int nj = 0; nj < size<1>(scores); ++nj) {
-    const int col = col0 + get<1>(coords(0, nj));
-    if (col >= p.seqlen_k) {
-      CUTE_UNROLL
-      for (int mi = 0; mi < size<0>(scores); ++mi) scores(mi, nj) = -INFINITY;
-      continue;
+    const int tile_col = get<1>(coords(0, nj));
+    const int col = col0 + tile_col;
+    const bool past_end = col >= p.seqlen_k;  // its smem record is stale: the result ignores it
+    ColumnBounds bounds{p.seqlen_q, p.seqlen_q, 0, 0};
+    if constexpr (kHasBounds) {
+      const int4 v = reinterpret_cast<const int4*>(tile_bounds)[tile_col];
+      bounds = ColumnBounds{v.x, v.y, v.z, v.w};
     }
-    const ColumnBounds bounds = load_column_bounds(mask_cols, col, p.mask_form, p.seqlen_q);
     CUTE_UNROLL
     for (int mi = 0; mi < size<0>(scores); ++mi) {
-      if (is_masked(row0 + get<0>(coords(mi, nj)), col, bounds, p.causal, causal_off))
-        scores(mi, nj) = -INFINITY;
+      const bool masked =
+          past_end | is_masked(row0 + get<0>(coords(mi, nj)), col, bounds, p.causal, causal_off);
+      scores(mi, nj) = masked ? -INFINITY : scores(mi, nj);
     }
   }
 }
@@ -231,9 +248,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int b = blockIdx.y, head = blockIdx.z;
   const int head_k = head / (p.heads_q / p.heads_k);
   const int64_t list = (int64_t)slices.index(p, b, head) * lists.num_m_blocks + m_block;
-  const int count = lists.counts[list];
+  const int count = lists.counts[2 * list];
+  const int num_partial = lists.counts[2 * list + 1];
   const int32_t* entries = lists.entries + list * lists.num_n_blocks;
-  const int32_t* mask_cols = p.mask_form.has_indices() ? p.mask_slice(b, head) : nullptr;
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   const int row0 = m_block * kBlockM;
 
@@ -261,6 +278,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
   Tensor sVtNoSwizzle = make_tensor(sV.data().get(), typename Traits::SmemLayoutVtNoSwizzle{});
   Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutQ{});
+  auto* s_bounds = reinterpret_cast<ColumnBounds*>(smem + Traits::kSmemQBytes + 2 * Traits::kSmemKVBytes);
+  const ColumnBounds* columns =
+      lists.columns != nullptr ? lists.columns + (int64_t)slices.index(p, b, head) * p.seqlen_k : nullptr;
+  const ColumnBounds* tile_bounds = columns != nullptr ? s_bounds : nullptr;
 
   typename Traits::GmemTiledCopyQKV gmem_copy;
   auto gmem_thr = gmem_copy.get_thread_slice(tid);
@@ -302,35 +323,49 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   clear(row_sum);
   const float scale_log2 = p.softmax_scale * float(M_LOG2E);
 
-  if (count > 0) {
-    copy_rows(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0);
-    const int n_first = entry_n_block(entries[0]);
-    copy_rows(gmem_copy, tKgK(_, _, _, n_first), tKsK, tKVcKV, p.seqlen_k - n_first * kBlockN);
-    cp_async_fence();
-  }
-
-  for (int i = 0; i < count; ++i) {
-    const int32_t entry = entries[i];
-    const int32_t next_entry = i + 1 < count ? entries[i + 1] : 0;
+  // Loads K (and, for a partial tile with indices, its column bounds) of list entry `entry`.
+  // Only partial entries can cross Sk (preprocess.cuh), and they precede the unmasked ones, so a
+  // load issued from the unmasked loop needs no row checks.
+  auto load_k = [&](int32_t entry, auto may_be_partial) {
     const int n_block = entry_n_block(entry);
+    if constexpr (decltype(may_be_partial)::value) {
+      copy_rows<true>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, p.seqlen_k - n_block * kBlockN);
+      if (entry_is_partial(entry) && columns != nullptr)
+        load_tile_bounds<kBlockN, Traits::kNThreads>(s_bounds, columns, n_block, p.seqlen_k, tid);
+    } else {
+      copy_rows<false>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, 0);
+    }
+  };
+
+  // One key block: S = Q K^T, element mask if kPartial, online softmax, O += P V. The next entry
+  // is read one iteration ahead so its load latency hides behind the GEMM.
+  int32_t entry = count > 0 ? entries[0] : 0;
+  auto step = [&](int i, auto partial_tag) {
+    constexpr bool kPartial = decltype(partial_tag)::value;
+    const int n_block = entry_n_block(entry);
+    const int32_t next_entry = i + 1 < count ? entries[i + 1] : 0;
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
     cp_async_wait<0>();  // K(n_block) landed
     __syncthreads();     // ... for every thread, and everyone is done with the previous V
-    copy_rows(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, p.seqlen_k - n_block * kBlockN);
+    copy_rows<kPartial>(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, p.seqlen_k - n_block * kBlockN);
     cp_async_fence();
 
     gemm_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_copy_k, smem_thr_q,
               smem_thr_k);
     Tensor scores = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
-    if (entry_is_partial(entry) || (n_block + 1) * kBlockN > p.seqlen_k)
-      apply_mask(scores, score_coords, row0, n_block * kBlockN, p, mask_cols, causal_off);
+    if constexpr (kPartial) {
+      if (tile_bounds != nullptr) {
+        apply_mask<true>(scores, score_coords, row0, n_block * kBlockN, p, tile_bounds, causal_off);
+      } else {
+        apply_mask<false>(scores, score_coords, row0, n_block * kBlockN, p, tile_bounds, causal_off);
+      }
+    }
 
     cp_async_wait<0>();  // V(n_block) landed
-    __syncthreads();     // ... for every thread, and everyone is done with K(n_block)
+    __syncthreads();     // ... for every thread, and everyone is done with K(n_block) and its bounds
     if (i + 1 < count) {
-      const int n_next = entry_n_block(next_entry);
-      copy_rows(gmem_copy, tKgK(_, _, _, n_next), tKsK, tKVcKV, p.seqlen_k - n_next * kBlockN);
+      load_k(next_entry, partial_tag);
       cp_async_fence();
     }
 
@@ -338,7 +373,18 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     Tensor probs = convert_to<Element>(acc_s);
     Tensor tOrP = make_tensor(probs.data(), acc_as_a_operand(probs.layout()));
     gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
+    entry = next_entry;
+  };
+
+  if (count > 0) {
+    copy_rows<true>(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0);
+    load_k(entry, std::true_type{});
+    cp_async_fence();
   }
+  // Partial tiles come first in the list (preprocess.cuh): the unmasked loop has no mask code.
+  int i = 0;
+  for (; i < num_partial; ++i) step(i, std::true_type{});
+  for (; i < count; ++i) step(i, std::false_type{});
 
   // Epilogue: normalise; rows that saw nothing (sum 0) give out 0 and LSE -inf.
   Tensor lse = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
@@ -391,10 +437,9 @@ __global__ void __launch_bounds__(Traits::kNThreads)
 
 }  // namespace fwd
 
-template <typename Element, int kHeadDim>
-void run_fwd_hdim(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
-  constexpr FwdTileSize tile = fwd_tile_size(kHeadDim);
-  using Traits = fwd::FwdTraits<Element, kHeadDim, tile.block_m, tile.block_n, tile.warps>;
+// Launches fwd_kernel<Traits> on lists built with Traits' block_m x block_n.
+template <class Traits>
+void launch_fwd_kernel(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
   if (lists.num_m_blocks == 0 || p.batch == 0 || p.heads_q == 0) return;
   auto kernel = &fwd::fwd_kernel<Traits>;
   constexpr int smem_bytes = Traits::kSmemBytes;
@@ -404,6 +449,13 @@ void run_fwd_hdim(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t s
   const dim3 grid(lists.num_m_blocks, p.batch, p.heads_q);
   kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(p, lists, MaskSlices::of(p));
   FM_CHECK_LAUNCH("fwd_kernel");
+}
+
+template <typename Element, int kHeadDim>
+void run_fwd_hdim(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
+  constexpr FwdTileSize tile = fwd_tile_size(kHeadDim);
+  launch_fwd_kernel<fwd::FwdTraits<Element, kHeadDim, tile.block_m, tile.block_n, tile.warps>>(
+      p, lists, stream);
 }
 
 }  // namespace flashmask

@@ -19,7 +19,8 @@ __device__ __forceinline__ int32_t warp_max(int32_t v) {
 
 // One warp per (slice, key block): lanes stride over the block's columns, then reduce.
 __global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t block_n,
-                                    int32_t num_n_blocks, BlockBounds* bounds) {
+                                    int32_t num_n_blocks, BlockBounds* bounds,
+                                    ColumnBounds* columns) {
   const int32_t n_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;
@@ -31,17 +32,23 @@ __global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t bloc
   const int32_t col_begin = n_block * block_n;
   const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
   // Each lane starts from a real column of the block (col_begin exists: n_block < num_n_blocks).
-  BlockBounds s = BlockBounds::of_column(
-      load_column_bounds(indices, min(col_begin + lane, col_end - 1), p.mask_form, p.seqlen_q));
-  for (int32_t j = col_begin + lane + 32; j < col_end; j += 32)
-    s.include(load_column_bounds(indices, j, p.mask_form, p.seqlen_q));
+  ColumnBounds* slice_columns = columns != nullptr ? columns + (int64_t)slice * p.seqlen_k : nullptr;
+  const ColumnBounds first =
+      load_column_bounds(indices, min(col_begin + lane, col_end - 1), p.mask_form, p.seqlen_q);
+  if (slice_columns != nullptr && col_begin + lane < col_end) slice_columns[col_begin + lane] = first;
+  BlockBounds s = BlockBounds::of_column(first);
+  for (int32_t j = col_begin + lane + 32; j < col_end; j += 32) {
+    const ColumnBounds c = load_column_bounds(indices, j, p.mask_form, p.seqlen_q);
+    if (slice_columns != nullptr) slice_columns[j] = c;
+    s.include(c);
+  }
   BlockBounds r{warp_min(s.lts_min), warp_max(s.lts_max), warp_min(s.lte_min), warp_max(s.lte_max),
                 warp_min(s.uts_min), warp_max(s.uts_max), warp_min(s.ute_min), warp_max(s.ute_max)};
   if (lane == 0) bounds[(int64_t)slice * num_n_blocks + n_block] = r;
 }
 
-// One warp per (slice, query block): classify 32 key blocks at a time (descending), compact the
-// visible ones with a ballot.
+// One warp per (slice, query block): classify 32 key blocks at a time (descending) and compact the
+// visible ones with a ballot, partial tiles in a first pass and unmasked ones in a second.
 __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t block_n,
                                        int32_t num_m_blocks, int32_t num_n_blocks,
                                        const BlockBounds* bounds, int32_t* entries,
@@ -56,25 +63,31 @@ __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t blo
   const BlockBounds* slice_bounds = bounds + (int64_t)slice * num_n_blocks;
   const int64_t list = (int64_t)slice * num_m_blocks + m_block;
   int32_t* out = entries + list * num_n_blocks;
-  int32_t count = 0;
-  for (int32_t base = num_n_blocks - 1; base >= 0; base -= 32) {
-    const int32_t n_block = base - lane;
-    TileKind kind = TileKind::kMasked;
-    if (n_block >= 0) {
-      const int32_t col_begin = n_block * block_n;
-      const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
-      kind = classify_tile(row_begin, row_end, col_begin, col_end, slice_bounds[n_block], p.causal,
-                           causal_off);
+  int32_t count = 0, num_partial = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // 0: partial tiles, 1: unmasked tiles
+    for (int32_t base = num_n_blocks - 1; base >= 0; base -= 32) {
+      const int32_t n_block = base - lane;
+      bool take = false;
+      if (n_block >= 0) {
+        const int32_t col_begin = n_block * block_n;
+        const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
+        const TileKind kind = classify_tile(row_begin, row_end, col_begin, col_end,
+                                            slice_bounds[n_block], p.causal, causal_off);
+        // The tile that crosses Sk needs the element mask for its missing columns.
+        const bool partial = kind == TileKind::kPartial ||
+                             (kind == TileKind::kUnmasked && col_end - col_begin < block_n);
+        take = kind != TileKind::kMasked && partial == (pass == 0);
+      }
+      const unsigned ballot = __ballot_sync(0xffffffffu, take);
+      if (take) out[count + __popc(ballot & ((1u << lane) - 1u))] = encode_block_entry(n_block, pass == 0);
+      count += __popc(ballot);
     }
-    const bool visible = kind != TileKind::kMasked;
-    const unsigned ballot = __ballot_sync(0xffffffffu, visible);
-    if (visible) {
-      const int32_t pos = count + __popc(ballot & ((1u << lane) - 1u));
-      out[pos] = encode_block_entry(n_block, kind == TileKind::kPartial);
-    }
-    count += __popc(ballot);
+    if (pass == 0) num_partial = count;
   }
-  if (lane == 0) counts[list] = count;
+  if (lane == 0) {
+    counts[2 * list] = count;
+    counts[2 * list + 1] = num_partial;
+  }
 }
 
 }  // namespace
@@ -85,7 +98,7 @@ size_t list_entries_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) 
                   (size_t)ceil_div(p.seqlen_q, block_m) * (size_t)ceil_div(p.seqlen_k, block_n));
 }
 size_t list_counts_bytes(const FwdParams& p, int32_t block_m) {
-  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
+  return align_up(2 * sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
                   (size_t)ceil_div(p.seqlen_q, block_m));
 }
 }  // namespace
@@ -95,19 +108,24 @@ size_t block_bounds_bytes(const FwdParams& p, int32_t block_n) {
                   (size_t)ceil_div(p.seqlen_k, block_n));
 }
 
+size_t column_bounds_bytes(const FwdParams& p) {
+  if (!p.mask_form.has_indices()) return 0;
+  return align_up(sizeof(ColumnBounds) * (size_t)MaskSlices::of(p).count() * (size_t)p.seqlen_k);
+}
+
 size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) {
   return block_bounds_bytes(p, block_n) + list_entries_bytes(p, block_m, block_n) +
-         list_counts_bytes(p, block_m);
+         list_counts_bytes(p, block_m) + column_bounds_bytes(p);
 }
 
 void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bounds,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, ColumnBounds* columns) {
   const MaskSlices slices = MaskSlices::of(p);
   const int32_t num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);
   if (num_n_blocks == 0) return;
   const dim3 grid((unsigned)ceil_div(num_n_blocks, kWarpsPerCta), (unsigned)slices.count());
   block_bounds_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(p, slices, block_n, num_n_blocks,
-                                                               bounds);
+                                                               bounds, columns);
   FM_CHECK_LAUNCH("block_bounds_kernel");
 }
 
@@ -121,10 +139,16 @@ FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t
   auto* entries = reinterpret_cast<int32_t*>(ws + block_bounds_bytes(p, block_n));
   auto* counts = reinterpret_cast<int32_t*>(ws + block_bounds_bytes(p, block_n) +
                                             list_entries_bytes(p, block_m, block_n));
+  ColumnBounds* columns = nullptr;
+  if (p.mask_form.has_indices()) {
+    columns = reinterpret_cast<ColumnBounds*>(reinterpret_cast<char*>(counts) +
+                                              list_counts_bytes(p, block_m));
+  }
   lists.entries = entries;
   lists.counts = counts;
+  lists.columns = columns;
   if (lists.num_m_blocks == 0) return lists;
-  launch_block_bounds(p, block_n, bounds, stream);
+  launch_block_bounds(p, block_n, bounds, stream, columns);
   const dim3 grid((unsigned)ceil_div(lists.num_m_blocks, kWarpsPerCta),
                   (unsigned)MaskSlices::of(p).count());
   fwd_block_lists_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(

@@ -5,10 +5,12 @@
 //    Backward (cuda-bwd) reuses it as is, with its own block_n: read bounds[slice * num_n_blocks +
 //    n_block] with MaskSlices::of(params).index(params, b, head_q) and classify tiles with
 //    block.h's classify_tile; the memory it needs is block_bounds_bytes(params, block_n).
-// 2. launch_fwd_block_lists: for every (slice, query block of `block_m` rows), the compacted list
-//    of the key blocks that are not fully masked, in descending key-block order, each entry
-//    `n_block << 1 | partial` (partial: the element mask must be applied), plus their count.
-//    The forward kernel visits exactly these blocks.
+// 2. build_fwd_block_lists (after 1.): for every (slice, query block of `block_m` rows), the
+//    compacted list of the key blocks that are not fully masked: first the partial ones (the
+//    element mask must run: partially masked tiles and the tile that crosses Sk), then the
+//    unmasked ones, each group in descending key-block order; each entry is
+//    `n_block << 1 | partial`. The forward kernel visits exactly these blocks, with the element
+//    mask compiled only into its loop over the partial prefix.
 //
 // Without startend_row_indices (plain causal or full attention) there is one implicit slice whose
 // bounds are the empty intervals, so causal still skips the tiles above the diagonal.
@@ -51,11 +53,14 @@ FM_HOST_DEVICE int32_t encode_block_entry(int32_t n_block, bool partial) {
 FM_HOST_DEVICE int32_t entry_n_block(int32_t entry) { return entry >> 1; }
 FM_HOST_DEVICE bool entry_is_partial(int32_t entry) { return (entry & 1) != 0; }
 
-// Where the forward kernel finds its lists: entries[(slice * num_m_blocks + m_block) * num_n_blocks
-// + i] for i < counts[slice * num_m_blocks + m_block].
+// Where the forward kernel finds its lists and the normalised column bounds (nullptr without
+// indices; columns[slice * Sk + col]): entries[list * num_n_blocks + i] for
+// i < counts[2 * list], the first counts[2 * list + 1] of them partial, where
+// list = slice * num_m_blocks + m_block.
 struct FwdBlockLists {
   const int32_t* entries = nullptr;
-  const int32_t* counts = nullptr;
+  const int32_t* counts = nullptr;  // (visible, partial) per list
+  const ColumnBounds* columns = nullptr;
   int32_t num_m_blocks = 0, num_n_blocks = 0;
 };
 
@@ -63,9 +68,14 @@ struct FwdBlockLists {
 size_t block_bounds_bytes(const FwdParams& p, int32_t block_n);
 
 // Writes bounds[slice * num_n_blocks + n_block]; `bounds` holds block_bounds_bytes(p, block_n).
-void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bounds, cudaStream_t stream);
+// With `columns` (column_bounds_bytes(p) bytes), also writes every column's normalised bounds
+// (mask.h's load_column_bounds) to columns[slice * Sk + col], so that element masks read one
+// 16-byte record per column whatever the mask form.
+void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bounds, cudaStream_t stream,
+                         ColumnBounds* columns = nullptr);
+size_t column_bounds_bytes(const FwdParams& p);  // 0 without startend_row_indices
 
-// Workspace of the forward preprocessing: bounds, then list entries, then counts.
+// Workspace of the forward preprocessing: bounds, list entries, counts, normalised column bounds.
 size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n);
 
 // Carves `workspace` (fwd_block_lists_workspace_bytes) and launches both preprocessing kernels on

@@ -32,6 +32,9 @@ class Lib:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
         self.lib.fmfwd_error.restype = ctypes.c_char_p
+        for v in list(VARIANTS):  # only the variants this build compiled (VARIANTS=... build_fwd_dev.sh)
+            if not hasattr(self.lib, f"fmfwd_variant{v}"):
+                del VARIANTS[v]
 
     def workspace(self, args, variant):
         n = ctypes.c_size_t(0)
