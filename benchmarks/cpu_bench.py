@@ -4,7 +4,8 @@ dense boolean mask, on a causal-document mask. Not a test.
     python benchmarks/cpu_bench.py [--seqlen 4096 --heads 8 --head-dim 64 --docs 8 --repeats 3]
 
 Both run in this process, on the same fp32 inputs, with the same number of threads (our
-OpenMP kernel and Paddle's MKL math both get every core). The dense mask is an explicit bool
+OpenMP kernel and Paddle's MKL math both get every core), one after the other with a pause between
+(so neither runs next to the other's spinning idle threads); median of ``--repeats`` after a warm-up. The dense mask is an explicit bool
 ``[1, 1, S, S]`` built once outside the timing: with ``is_causal=True`` Paddle's CPU path ignores
 ``attn_mask`` (DESIGN.md §5), and the causal triangle is part of the document mask anyway. Our time
 includes argument validation (bound values are read back once per call). Prints a table and
@@ -55,6 +56,9 @@ def git_commit() -> str:
 
 
 def timed(fn, repeats: int) -> list[float]:
+    # Let the other implementation's idle OpenMP threads go to sleep first: Paddle's Intel OpenMP
+    # spins 200 ms (KMP_BLOCKTIME) after each parallel region, which would steal our cores.
+    time.sleep(0.5)
     fn()  # warm-up (allocations, op loading, MKL thread pool)
     times = []
     for _ in range(repeats):
