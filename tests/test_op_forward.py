@@ -107,3 +107,23 @@ def test_fully_masked_tiles_are_skipped(rng):
     np.testing.assert_allclose(tq.grad.numpy(), want_dq, atol=TOL["float32"], rtol=TOL["float32"])
     np.testing.assert_allclose(tk.grad.numpy()[:, 128:], want_dk[:, 128:], atol=TOL["float32"], rtol=TOL["float32"])
     assert (tv.grad.numpy()[:, :128] == 0).all()
+
+
+@pytest.mark.parametrize("dtype,values", [
+    ("float16", [0.0, -0.0, 2.0 ** -24, -(2.0 ** -20), 6.1e-5, 0.333251953125, -1.0, 1024.5, 65504.0, -65504.0]),
+    # (the unnormalised fp32 accumulator, as in FlashAttention, limits |v| to ~FLT_MAX / Sk)
+    ("bfloat16", [0.0, 2.0 ** -130, -(2.0 ** -126), 0.333984375, -1.0, 2.0 ** 100, -1.5 * 2.0 ** 99, 1.5]),
+])
+def test_half_precision_values_survive_the_kernel_exactly(rng, dtype, values):
+    """When every key carries the same value vector, out = that vector (softmax weights sum to 1),
+    so representable fp16/bf16 values, subnormals and the largest finite ones included, must come
+    back bit-exact: checks the kernel's own fp16/bf16 conversions both ways."""
+    d = len(values)
+    vals = paddle.to_tensor(np.array(values, np.float32)).astype(dtype)
+    v = paddle.to_tensor(np.tile(np.array(values, np.float32).reshape(1, 1, 1, d), (1, 37, 1, 1))).astype(dtype)
+    q = paddle.to_tensor(rng.standard_normal((1, 29, 1, d)).astype(np.float32)).astype(dtype)
+    k = paddle.to_tensor(rng.standard_normal((1, 37, 1, d)).astype(np.float32)).astype(dtype)
+    out = flashmask_attention(q, k, v, causal=False)
+    got = out.astype("float32").numpy()
+    want = np.broadcast_to(vals.astype("float32").numpy(), got.shape)
+    np.testing.assert_array_equal(got, want)
