@@ -200,9 +200,9 @@ class KeyBlockPlan {
 struct Panels {
   int heads = 0, rows_pad = 0, dim = 0;
   std::vector<float> data;
-  const float* at(int b, int h) const {
-    return data.data() + (static_cast<size_t>(b) * heads + h) * rows_pad * dim;
-  }
+  size_t offset(int b, int h) const { return (static_cast<size_t>(b) * heads + h) * rows_pad * dim; }
+  const float* at(int b, int h) const { return data.data() + offset(b, h); }
+  float* at(int b, int h) { return data.data() + offset(b, h); }
 };
 
 inline Panels pack_panels(const TensorView& t, DType dtype, int batch, int rows, int heads, int dim,
@@ -219,7 +219,7 @@ inline Panels pack_panels(const TensorView& t, DType dtype, int batch, int rows,
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < batch; ++b)
       for (int h = 0; h < heads; ++h) {
-        float* panel = const_cast<float*>(out.at(b, h));
+        float* panel = out.at(b, h);
         for (int s = 0; s < rows; ++s) {
           if (transpose) {
             load_row(row_ptr(t, dtype, b, s, h), dtype, dim, row.data());
