@@ -62,7 +62,9 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     Returns:
         ``out`` (shape and dtype of ``query``), or a list ``[out, lse]``, ``[out, seed_offset]``
         or ``[out, lse, seed_offset]`` following ``return_softmax_lse`` / ``return_seed_offset``.
-        Fully masked query rows give ``out`` 0, ``lse`` ``-inf`` and zero gradients.
+        Fully masked query rows give ``out`` 0, ``lse`` ``-inf`` and zero gradients. Gradients
+        flow to ``query``, ``key`` and ``value`` through ``out``; ``lse`` is not differentiable
+        (as in Paddle's kernels).
 
     Raises:
         TypeError / ValueError: a bad argument (the message names it, the expectation and what

@@ -127,3 +127,15 @@ def test_half_precision_values_survive_the_kernel_exactly(rng, dtype, values):
     got = out.astype("float32").numpy()
     want = np.broadcast_to(vals.astype("float32").numpy(), got.shape)
     np.testing.assert_array_equal(got, want)
+
+
+def test_non_contiguous_inputs_give_the_same_result_as_contiguous_ones(rng):
+    """Transposed ([B, H, S, D] -> [B, S, H, D]) and sliced views are made contiguous by the op."""
+    x = paddle.to_tensor(rng.standard_normal((2, 3, 41, 16)).astype(np.float32))
+    y = paddle.to_tensor(rng.standard_normal((2, 41, 3, 32)).astype(np.float32))
+    q, k, v = x.transpose([0, 2, 1, 3]), y[:, :, :, :16], y[:, :, :, 16:]
+    assert not q.is_contiguous() and not k.is_contiguous()
+    idx = paddle.to_tensor(np.sort(rng.integers(0, 42, (2, 1, 41, 2)), axis=-1).astype(np.int32))
+    views = flashmask_attention(q, k, v, idx, causal=True)
+    dense = flashmask_attention(q.contiguous(), k.contiguous(), v.contiguous(), idx, causal=True)
+    np.testing.assert_array_equal(views.numpy(), dense.numpy())
