@@ -655,26 +655,32 @@ def main(argv=None) -> int:
         log(f"S={seqlen}: {max(1, plan.tokens_per_step // seqlen)} rows")
         results.append(run_seqlen(torch, shape, plan, seqlen, lengths, device, dtype, impls, model,
                                   init_state, deadline, log))
-    report = {
+        report = make_report(torch, args, argv, shape, plan, impls, dtype, results, t_start)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")  # after every length: a run cut
+        # short by a time limit keeps what it measured
+    plot(report, args.out.with_suffix(".png"))
+    print(table(results))
+    print("bar:", json.dumps(report["bar"]))
+    log(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+def make_report(torch, args, argv, shape, plan, impls, dtype, results, t_start) -> dict:
+    cuda = torch.cuda.is_available()
+    dense = next((i for i in impls if i.name == "dense"), None)
+    return {
         "benchmark": "e2e_h200", "command": "python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
         "commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"),
         "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
         "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""),
         "smoke": args.smoke, "shape": asdict(shape), "plan": asdict(plan),
-        "dense_backends": [str(b) for b in getattr(next((i for i in impls if i.name == "dense"),
-                                                        None), "backends", [])],
+        "dense_backends": [str(b) for b in getattr(dense, "backends", [])],
         "counting": "tokens/s = real (non-padding) tokens per step / median step time; attention "
                     "FLOPs = 4*D*pairs*H fwd, 2.5x that bwd, over exactly the unmasked pairs",
         "wall_s": time.monotonic() - t_start, "results": results, "bar": bar_check(results),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    plot(report, args.out.with_suffix(".png"))
-    print(table(results))
-    print("bar:", json.dumps(report["bar"]))
-    log(f"wrote {args.out} and {args.out.with_suffix('.png')}")
-    return 0
 
 
 def bar_check(results, seqlen: int = 32768) -> dict:
