@@ -6,7 +6,7 @@ Correctness: random inputs, out/LSE from the fp64 oracle (flashmask_paddle.refer
 workspace poisoned with NaN, dq/dk/dv compared with the oracle's backward by ||x - ref|| / ||ref||;
 deterministic mode run twice and compared bitwise. --bench times the backward at 8K (B=4, H=16,
 D=128, bf16) and 32K (B=1) for causal, causal-document and share-question masks with CUDA
-events; --tiny runs two small problems (for compute-sanitizer).
+events; --tiny runs small problems per head dim and dQ mode (for compute-sanitizer).
 """
 from __future__ import annotations
 
@@ -252,12 +252,13 @@ def time_ms(fn, reps=10):
     return float(np.median(ts))
 
 
-def bench(lib, configs, h=16, d=128):
+def bench(lib, configs):
     rows = []
-    for s, b, kinds in configs:
+    for s, b, h, hk, d, kinds in configs:
         rng = np.random.default_rng(s)
         dtype = torch.bfloat16
-        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
+        q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(2))
+        k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=dtype) for _ in range(2))
         scale = d ** -0.5
         for kind in kinds:
             lts_np = [mask_lts(rng, s, kind) for _ in range(b)]
@@ -268,7 +269,7 @@ def bench(lib, configs, h=16, d=128):
                 lts_t = torch.from_numpy(np.stack(lts_np)).cuda()
                 idx_t = lts_t.reshape(b, 1, s, 1).contiguous()
                 pairs = int(sum(int((l - np.arange(s)).clip(min=0).sum()) for l in lts_np))
-            out, lse = forward_fp32(q, k, v, lts_t, scale)
+            out, lse = forward_fp32(q, k.repeat_interleave(h // hk, 2), v.repeat_interleave(h // hk, 2), lts_t, scale)
             flops = 2.5 * 4 * d * pairs * h
             for det in (False, True):
                 dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -276,9 +277,9 @@ def bench(lib, configs, h=16, d=128):
                               1 if idx_t is not None else 0)
                 ws = {}
                 ms = time_ms(lambda: lib.bwd(a, ws))
-                rows.append(dict(impl="flashmask", mask=kind, seqlen=s, batch=b, heads=h, head_dim=d,
+                rows.append(dict(impl="flashmask", mask=kind, seqlen=s, batch=b, heads=h, heads_k=hk, head_dim=d,
                                  dtype="bf16", deterministic=det, bwd_ms=ms, bwd_tflops=flops / ms / 1e9))
-                print(f"bench {kind:16s} S={s:6d} B={b} det={det!s:5s} bwd {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s",
+                print(f"bench {kind:16s} S={s:6d} B={b} H={h}:{hk} D={d} det={det!s:5s} bwd {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s",
                       flush=True)
                 if os.environ.get("BWD_PROFILE") and not det:  # per-kernel times
                     from torch.profiler import ProfilerActivity, profile
@@ -290,7 +291,7 @@ def bench(lib, configs, h=16, d=128):
                         t_us = getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
                         if t_us > 0 and "flashmask" in ev.key:
                             print(f"    kernel {ev.key[:70]:70s} {t_us / 3 / 1e3:8.3f} ms/call")
-            if kind == "causal":  # FA2 (sdpa FLASH_ATTENTION) side by side
+            if kind == "causal" and h == hk:  # FA2 (sdpa FLASH_ATTENTION) side by side
                 from torch.nn.attention import SDPBackend, sdpa_kernel
                 qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -299,7 +300,7 @@ def bench(lib, configs, h=16, d=128):
                 ms = time_ms(lambda: o.backward(g, retain_graph=True))
                 rows.append(dict(impl="fa2", mask=kind, seqlen=s, batch=b, heads=h, head_dim=d, dtype="bf16",
                                  bwd_ms=ms, bwd_tflops=flops / ms / 1e9))
-                print(f"bench {'causal FA2':16s} S={s:6d} B={b}           bwd {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s",
+                print(f"bench {'causal FA2':16s} S={s:6d} B={b} H={h}:{hk} D={d}           bwd {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s",
                       flush=True)
                 del o, qt, kt, vt
             del out, lse
@@ -312,18 +313,25 @@ if __name__ == "__main__":
     lib = Lib(sys.argv[1])
     seed = int(time.time()) % 100000
     print("seed", seed, torch.cuda.get_device_name())
-    if "--tiny" in sys.argv:  # for compute-sanitizer: two small problems, both dQ modes
+    if "--tiny" in sys.argv:  # for compute-sanitizer: small problems, every head dim, both dQ modes
         rng = np.random.default_rng(seed)
-        for det in (False, True):
-            print(run_case(lib, rng, b=1, sq=130, sk=150, hq=2, hk=1, d=128, causal=True, c=2, hm=2,
-                           deterministic=det))
+        for d in (64, 128, 256):
+            for det in (False, True):
+                print(d, det, run_case(lib, rng, b=1, sq=130, sk=150, hq=2, hk=1, d=d, causal=True, c=2, hm=2,
+                                       deterministic=det))
         sys.exit(0)
-    ok, worst = correctness(lib, seed)
-    configs = [(8192, 4, ["causal", "causal_document", "share_question"]),
-               (32768, 1, ["causal", "causal_document", "share_question"])]
-    rows = bench(lib, configs) if "--bench" in sys.argv else []
+    ok, worst = correctness(lib, seed) if "--bench-only" not in sys.argv else (True, {})
+    # BWD_BENCH="S:B:H:HK:D:kind,kind;..." overrides the default set.
+    configs = [(8192, 4, 16, 16, 128, ["causal", "causal_document", "share_question"]),
+               (32768, 1, 16, 16, 128, ["causal", "causal_document", "share_question"])]
+    if os.environ.get("BWD_BENCH"):
+        configs = []
+        for item in os.environ["BWD_BENCH"].split(";"):
+            f = item.split(":")
+            configs.append((int(f[0]), int(f[1]), int(f[2]), int(f[3]), int(f[4]), f[5].split(",")))
+    rows = bench(lib, configs) if ("--bench" in sys.argv or "--bench-only" in sys.argv) else []
     outdir = os.environ.get("OUT")
     if outdir:
-        with open(os.path.join(outdir, "bwd_check.json"), "w") as f:
+        with open(os.path.join(outdir, f"bwd_check{os.environ.get('BWD_TAG', '')}.json"), "w") as f:
             json.dump(dict(seed=seed, ok=bool(ok), worst=worst, bench=rows), f, indent=1)
     print("ALL OK" if ok else "SOME FAILED")
