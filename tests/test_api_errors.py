@@ -140,3 +140,22 @@ def test_tests_use_a_compiled_library_found_by_the_loader():
 
     path = _ops.library_path()
     assert path.endswith(_ops.LIBRARY_NAME)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda q: (q, q, q, paddle.zeros([1, 1, 7, 1], "int32"), True), "[B, Hm, Sk, C]"),
+    (lambda q: (q, q, q, paddle.zeros([1, 1, 8, 1], "int64"), True), "int32"),
+    (lambda q: (q, q, q, paddle.zeros([1, 1, 8, 4], "int32"), True), "C in"),
+    (lambda q: (q, q, q, paddle.zeros([1, 5, 8, 1], "int32"), True), "heads"),
+    (lambda q: (q, paddle.ones([1, 8, 3, 16]), paddle.ones([1, 8, 3, 16]), None, True), "multiple"),
+    (lambda q: (q, q, paddle.ones([1, 9, 2, 16]), None, False), "shapes differ"),
+])
+def test_the_op_itself_refuses_layouts_that_would_read_out_of_bounds(make, message):
+    """The compiled op is callable without the Python API: it must check what keeps the kernel
+    in bounds on its own."""
+    from flashmask_paddle import _ops
+
+    q = paddle.ones([1, 8, 2, 16])
+    with pytest.raises(Exception, match="flashmask_attn") as info:
+        _ops.flashmask_attn(*make(q), 0.25)
+    assert message in str(info.value)
