@@ -246,13 +246,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   const int tid = threadIdx.x;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // last query blocks (most work if causal) first
   const int b = blockIdx.y, head = blockIdx.z;
+  const int row0 = m_block * kBlockM;
   const int head_k = head / (p.heads_q / p.heads_k);
   const int64_t list = (int64_t)slices.index(p, b, head) * lists.num_m_blocks + m_block;
-  const int count = lists.counts[2 * list];
-  const int num_partial = lists.counts[2 * list + 1];
-  const int32_t* entries = lists.entries + list * lists.num_n_blocks;
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
-  const int row0 = m_block * kBlockM;
 
   // Global views: [S, D] of this (batch, head), D contiguous.
   auto q_ptr = static_cast<const Element*>(p.q.data) + b * p.q.batch_stride + head * p.q.head_stride;
@@ -293,6 +290,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   Tensor tVsV = gmem_thr.partition_D(sV);
   Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  // Q's load is issued before the list is read, so the two latencies overlap (the epilogue waits
+  // for it even when the list is empty: sO aliases sQ).
+  copy_rows<true>(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0);
+  const int count = lists.counts[2 * list];
+  const int num_partial = lists.counts[2 * list + 1];
+  const int32_t* entries = lists.entries + list * lists.num_n_blocks;
 
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(tid);
@@ -376,11 +380,8 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     entry = next_entry;
   };
 
-  if (count > 0) {
-    copy_rows<true>(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0);
-    load_k(entry, std::true_type{});
-    cp_async_fence();
-  }
+  if (count > 0) load_k(entry, std::true_type{});
+  cp_async_fence();  // Q and the first K: one group
   // Partial tiles come first in the list (preprocess.cuh): the unmasked loop has no mask code.
   int i = 0;
   for (; i < num_partial; ++i) step(i, std::true_type{});
@@ -398,6 +399,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     for (int dj = 0; dj < size<1>(acc_o_rc); ++dj) acc_o_rc(mi, dj) *= inv;
   }
 
+  cp_async_wait<0>();  // only pending when the list was empty (Q)
   Tensor out = convert_to<Element>(acc_o);
   auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
   auto smem_thr_o = smem_copy_o.get_thread_slice(tid);
@@ -451,11 +453,22 @@ void launch_fwd_kernel(const FwdParams& p, const FwdBlockLists& lists, cudaStrea
   FM_CHECK_LAUNCH("fwd_kernel");
 }
 
+// Traits of the tile fwd_tile_size(kHeadDim, kHasIndices).
+template <typename Element, int kHeadDim, bool kHasIndices>
+using FwdTraitsFor = fwd::FwdTraits<Element, kHeadDim, fwd_tile_size(kHeadDim, kHasIndices).block_m,
+                                    fwd_tile_size(kHeadDim, kHasIndices).block_n,
+                                    fwd_tile_size(kHeadDim, kHasIndices).warps>;
+
+// The lists must have been built with fwd_tile_size(kHeadDim, p.mask_form.has_indices()).
 template <typename Element, int kHeadDim>
 void run_fwd_hdim(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
-  constexpr FwdTileSize tile = fwd_tile_size(kHeadDim);
-  launch_fwd_kernel<fwd::FwdTraits<Element, kHeadDim, tile.block_m, tile.block_n, tile.warps>>(
-      p, lists, stream);
+  if constexpr (fwd_tile_size(kHeadDim, false) == fwd_tile_size(kHeadDim, true)) {
+    launch_fwd_kernel<FwdTraitsFor<Element, kHeadDim, false>>(p, lists, stream);
+  } else if (p.mask_form.has_indices()) {
+    launch_fwd_kernel<FwdTraitsFor<Element, kHeadDim, true>>(p, lists, stream);
+  } else {
+    launch_fwd_kernel<FwdTraitsFor<Element, kHeadDim, false>>(p, lists, stream);
+  }
 }
 
 }  // namespace flashmask

@@ -1,5 +1,6 @@
 // run_fwd_cuda / fwd_workspace_bytes_cuda (launch.h) for the portable sm80+ path: validates the
 // parameters the kernels rely on, builds the block lists on the GPU, dispatches on dtype x head dim.
+#include <algorithm>
 #include <string>
 
 #include "flashmask/launch.h"
@@ -7,6 +8,9 @@
 #include "preprocess.cuh"
 #include "tile_size.h"
 #include "utils.cuh"
+#if FLASHMASK_HAS_SM90
+#include "sm90/fwd_sm90.h"  // Hopper path (sm90a), chosen per call by fwd_sm90_selected
+#endif
 
 namespace flashmask {
 namespace {
@@ -54,14 +58,21 @@ void check_params(const FwdParams& p, const void* workspace) {
 }  // namespace
 
 size_t fwd_workspace_bytes_cuda(const FwdParams& p) {
-  const FwdTileSize tile = fwd_tile_size(p.head_dim);
-  return fwd_block_lists_workspace_bytes(p, tile.block_m, tile.block_n);
+  const FwdTileSize tile = fwd_tile_size(p.head_dim, p.mask_form.has_indices());
+  size_t bytes = fwd_block_lists_workspace_bytes(p, tile.block_m, tile.block_n);
+#if FLASHMASK_HAS_SM90
+  bytes = std::max(bytes, fwd_sm90_workspace_bytes(p));
+#endif
+  return bytes;
 }
 
 void run_fwd_cuda(const FwdParams& p, void* workspace, cudaStream_t stream) {
   check_params(p, workspace);
   if (p.batch == 0 || p.seqlen_q == 0) return;
-  const FwdTileSize tile = fwd_tile_size(p.head_dim);
+#if FLASHMASK_HAS_SM90
+  if (fwd_sm90_selected(p)) return run_fwd_sm90(p, workspace, stream);
+#endif
+  const FwdTileSize tile = fwd_tile_size(p.head_dim, p.mask_form.has_indices());
   const FwdBlockLists lists = build_fwd_block_lists(p, tile.block_m, tile.block_n, workspace, stream);
   FM_DTYPE_SWITCH(p.dtype, Element, [&] {
     FM_HEADDIM_SWITCH(p.head_dim, kHeadDim, [&] { run_fwd_hdim<Element, kHeadDim>(p, lists, stream); });

@@ -11,7 +11,8 @@
 
 namespace flashmask {
 
-// Launches the forward kernel for one (dtype, head dim) on lists built with fwd_tile_size(kHeadDim).
+// Launches the forward kernel for one (dtype, head dim) on lists built with
+// fwd_tile_size(kHeadDim, p.mask_form.has_indices()).
 template <typename Element, int kHeadDim>
 void run_fwd_hdim(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream);
 

@@ -54,9 +54,9 @@ extern "C" int fmfwd_run(const fm_args* a, void* workspace, void* stream) {
 }
 #else
 #if FM_FWD_VARIANT == 1
-#define FM_TILE 128, 64, 64, 4
+#define FM_TILE 128, 128, 64, 4
 #elif FM_FWD_VARIANT == 2
-#define FM_TILE 64, 128, 128, 4
+#define FM_TILE 64, 64, 64, 4
 #else
 #define FM_TILE 256, 128, 64, 8
 #endif
