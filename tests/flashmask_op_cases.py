@@ -54,6 +54,28 @@ class Case:
         return {"1": 1, "hk": self.heads_k, "hq": self.heads_q}[self.mask_heads]
 
 
+def draw_case(data, max_len: int = 150) -> tuple[Case, np.random.Generator]:
+    """A hypothesis-drawn case over shapes, forms, GQA, Hm, dtype, masked rows and scale, plus the
+    numpy generator for its values (seeded from hypothesis, so a failure replays)."""
+    from hypothesis import strategies as st
+
+    heads_k = data.draw(st.integers(1, 3))
+    case = Case(
+        batch=data.draw(st.integers(1, 2)),
+        seqlen_q=data.draw(st.integers(1, max_len)),
+        seqlen_k=data.draw(st.integers(1, max_len)),
+        heads_k=heads_k,
+        heads_q=heads_k * data.draw(st.sampled_from([1, 2, 4])),
+        head_dim=data.draw(st.sampled_from([8, 16, 40, 64])),
+        mask_heads=data.draw(st.sampled_from(["1", "hk", "hq"])),
+        dtype=data.draw(st.sampled_from(["float32", "float32", "float16", "bfloat16"])),
+        masked_rows=data.draw(st.booleans()),
+        softmax_scale=data.draw(st.sampled_from([None, 0.3, 1.5])),
+    )
+    case.causal, case.columns = data.draw(st.sampled_from(FORMS))
+    return case, np.random.default_rng(data.draw(st.integers(0, 2**63)))
+
+
 def random_bounds(rng, case: Case) -> np.ndarray | None:
     """int32 [B, Hm, Sk, C] valid for (causal, C): mixes sorted columns (document-like structure,
     many whole tiles masked/unmasked), unsorted ones (partial tiles), fully masked columns."""

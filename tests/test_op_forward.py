@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from flashmask_op_cases import FORMS, SHAPES, TOL, Case, check_forward, make_inputs, reference, run_op
+from flashmask_op_cases import FORMS, SHAPES, TOL, Case, check_forward, draw_case, make_inputs, reference, run_op
 from flashmask_paddle import flashmask_attention
 
 
@@ -26,24 +26,12 @@ def test_forward_matches_reference_for_every_dtype_and_head_dim(rng, dtype, head
                             mask_heads="hk", dtype=dtype))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
-def test_forward_matches_reference_on_random_shapes(data, seed):
-    """Hypothesis over shapes/forms/GQA/Hm/dtype; values drawn from the fixture's fresh seed."""
-    heads_k = data.draw(st.integers(1, 3))
-    case = Case(
-        batch=data.draw(st.integers(1, 2)),
-        seqlen_q=data.draw(st.integers(1, 150)),
-        seqlen_k=data.draw(st.integers(1, 150)),
-        heads_k=heads_k,
-        heads_q=heads_k * data.draw(st.sampled_from([1, 2, 4])),
-        head_dim=data.draw(st.sampled_from([8, 16, 40, 64])),
-        mask_heads=data.draw(st.sampled_from(["1", "hk", "hq"])),
-        dtype=data.draw(st.sampled_from(["float32", "float32", "float16", "bfloat16"])),
-        masked_rows=data.draw(st.booleans()),
-    )
-    case.causal, case.columns = data.draw(st.sampled_from(FORMS))
-    check_forward(np.random.default_rng([seed, data.draw(st.integers(0, 2**31))]), case)
+def test_forward_matches_reference_on_random_shapes(data):
+    """Hypothesis over shapes, forms, GQA, Hm, dtype, masked rows and softmax_scale."""
+    case, rng = draw_case(data)
+    check_forward(rng, case)
 
 
 @pytest.mark.parametrize("causal,columns", [f for f in FORMS if f[1]])

@@ -4,7 +4,6 @@
 // User-facing validation with friendly messages lives in flashmask_paddle/_validate.py.
 #include "flashmask_op.h"
 
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -33,16 +32,6 @@ flashmask::TensorView view_of(const paddle::Tensor& t) {
   v.row_stride = s[2] * s[3];
   v.batch_stride = s[1] * s[2] * s[3];
   return v;
-}
-
-// Launcher errors are std::runtime_error; re-raise them as Paddle errors naming the op.
-template <class F>
-void run_cpu(const char* what, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    PD_THROW(std::string(what) + ": " + e.what());
-  }
 }
 
 paddle::Tensor contiguous(const paddle::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
@@ -154,7 +143,7 @@ std::vector<paddle::Tensor> FlashmaskForward(const paddle::Tensor& q_in, const p
   paddle::Tensor out = paddle::empty(qs, q.dtype(), q.place());
   paddle::Tensor lse = paddle::empty({qs[0], qs[2], qs[1]}, paddle::DataType::FLOAT32, q.place());
   if (q.numel() > 0 && k.numel() > 0)
-    flashmask_op::run_cpu("flashmask_attn forward (CPU)", [&] {
+    flashmask_op::run_launcher("flashmask_attn forward (CPU)", [&] {
       flashmask::run_fwd_cpu(flashmask_op::make_fwd_params(q, k, v, idx, out, lse, causal, softmax_scale));
     });
   return {out, lse};
@@ -182,7 +171,7 @@ std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const 
   paddle::Tensor dk = paddle::empty(k.shape(), k.dtype(), k.place());
   paddle::Tensor dv = paddle::empty(v.shape(), v.dtype(), v.place());
   if (q.numel() > 0 && k.numel() > 0)
-    flashmask_op::run_cpu("flashmask_attn backward (CPU)", [&] {
+    flashmask_op::run_launcher("flashmask_attn backward (CPU)", [&] {
       flashmask::run_bwd_cpu(flashmask_op::make_bwd_params(q, k, v, idx, out, lse, dout, dq, dk, dv,
                                                            causal, softmax_scale));
     });

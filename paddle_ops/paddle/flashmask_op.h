@@ -3,6 +3,8 @@
 // flashmask_op_gpu.cc (compiled only with -DFLASHMASK_WITH_CUDA).
 #pragma once
 
+#include <exception>
+#include <string>
 #include <vector>
 
 #include "flashmask/params.h"
@@ -26,6 +28,16 @@ flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tens
                                      const paddle::Tensor& dout, const paddle::Tensor& dq,
                                      const paddle::Tensor& dk, const paddle::Tensor& dv,
                                      bool causal, float softmax_scale);
+
+// Runs a launcher call, re-raising its std::runtime_error as a Paddle error prefixed by `what`.
+template <class F>
+void run_launcher(const char* what, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    PD_THROW(std::string(what) + ": " + e.what());
+  }
+}
 
 #ifdef FLASHMASK_WITH_CUDA
 // GPU forward. Inputs as for make_fwd_params (all on one GPU, contiguous, already validated).
