@@ -363,7 +363,8 @@ def attention_alone(torch, impl, batches, masks, shape, dtype, device, reps):
            .requires_grad_() for _ in range(3)]
     dout = torch.randn(b, s, shape.heads, shape.head_dim, device=device, dtype=dtype, generator=gen)
     fwd, fwd_bwd, holder = [], [], {}
-    for rep in range(reps + 1):  # the first call warms up (compiles, allocates)
+    warm = len(masks)  # one untimed call per mask: compiles, allocates, first-sight mask checks
+    for rep in range(warm + reps):
         entry = masks[rep % len(masks)]
         impl.activate(entry)
         mask = entry["mask"]
@@ -374,7 +375,7 @@ def attention_alone(torch, impl, batches, masks, shape, dtype, device, reps):
             holder["out"] = impl(*qkv, mask)
         t_f = timed(torch, forward)
         t_b = timed(torch, lambda: holder["out"].backward(dout))
-        if rep:
+        if rep >= warm:
             fwd.append(t_f)
             fwd_bwd.append(t_f + t_b)
     # every attention runs the same rotation, so the last outputs are comparable across them
