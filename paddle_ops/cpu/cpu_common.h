@@ -168,15 +168,24 @@ class KeyBlockPlan {
   }
 
   // Sets the masked entries of a partial tile's scores (rows x kBlockN, row-major) to -inf.
+  // Column bounds are staged as separate arrays so the per-row loop over columns is branch-free
+  // and vectorises; the rule itself is mask.h's is_masked.
   void mask_partial_tile(int b, int hq, int qb, int kb, int rows, int cols, float* scores) const {
     const int32_t* sl = slice(b, hq);
-    ColumnBounds cb[kBlockN];
+    int32_t lts[kBlockN], lte[kBlockN], uts[kBlockN], ute[kBlockN];
     const int col0 = kb * kBlockN, row0 = qb * kBlockM;
-    for (int j = 0; j < cols; ++j) cb[j] = load_column_bounds(sl, col0 + j, p_.mask_form, p_.seqlen_q);
+    for (int j = 0; j < cols; ++j) {
+      const ColumnBounds c = load_column_bounds(sl, col0 + j, p_.mask_form, p_.seqlen_q);
+      lts[j] = c.lts, lte[j] = c.lte, uts[j] = c.uts, ute[j] = c.ute;
+    }
     for (int i = 0; i < rows; ++i) {
       float* s = scores + i * kBlockN;
-      for (int j = 0; j < cols; ++j)
-        if (is_masked(row0 + i, col0 + j, cb[j], p_.causal, causal_off_)) s[j] = kNegInf;
+      const int32_t row = row0 + i;
+#pragma omp simd
+      for (int j = 0; j < cols; ++j) {
+        const ColumnBounds c{lts[j], lte[j], uts[j], ute[j]};
+        s[j] = is_masked(row, col0 + j, c, p_.causal, causal_off_) ? kNegInf : s[j];
+      }
     }
   }
 
