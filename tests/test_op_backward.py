@@ -69,3 +69,13 @@ def test_backward_is_bitwise_deterministic(rng):
     for _ in range(2):
         for a, b in zip(first, run_op(case, q, k, v, dout, idx)):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("fused_dq_mb", ["0", "256"])
+def test_both_dq_paths_match_reference(rng, monkeypatch, fused_dq_mb):
+    """dQ is accumulated in per-thread buffers when they fit (FLASHMASK_CPU_FUSED_DQ_MB, default
+    256) and in a second pass otherwise; both must match the reference."""
+    monkeypatch.setenv("FLASHMASK_CPU_FUSED_DQ_MB", fused_dq_mb)
+    for causal, columns in FORMS:
+        check_backward(rng, Case(2, 131, 77, 4, 2, 24, causal=causal, columns=columns, mask_heads="hk",
+                                 masked_rows=columns > 0))

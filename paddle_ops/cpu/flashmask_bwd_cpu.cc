@@ -1,12 +1,19 @@
 // CPU FlashMask backward (FlashAttention-2 style): probabilities are recomputed from the LSE,
-// D_i = rowsum(dO_i * O_i), dS = P * (dP - D) * scale. Two race-free passes over the same tiles:
-//   pass 1, parallel over (batch, kv head, key block): dK and dV, looping over the query heads of
-//           the GQA group inside, so the group reduction needs no atomics;
-//   pass 2, parallel over (batch, query head, query block): dQ.
-// Both passes skip fully masked tiles and mask only partial ones (block.h via KeyBlockPlan), so
-// the result is deterministic run to run.
+// D_i = rowsum(dO_i * O_i), dS = P * (dP - D) * scale. The main pass runs in parallel over
+// (batch, kv head, key block) and loops over the query heads of the GQA group inside, so dK and dV
+// are owned by one work item and need no atomics. dQ, which every key block touches, goes either
+//   - fused: into one fp32 dQ buffer per thread (static schedule), summed in thread order at the
+//     end: 5 tile products per tile; used when the buffers fit in fused_budget_bytes(); or
+//   - in a second pass over (batch, query head, query block) that recomputes P and dS: 7 products.
+// Both skip fully masked tiles and mask only partial ones (block.h via KeyBlockPlan), and both are
+// deterministic run to run (for a given thread count).
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cpu_common.h"
 #include "flashmask/launch.h"
@@ -84,14 +91,24 @@ void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const 
   }
 }
 
+// Largest total size of the per-thread dQ buffers of the fused path (else dQ takes a second pass):
+// 256 MiB, or FLASHMASK_CPU_FUSED_DQ_MB (0 forces the two-pass path; the tests cover both).
+size_t fused_budget_bytes() {
+  const char* env = std::getenv("FLASHMASK_CPU_FUSED_DQ_MB");
+  const long mb = env ? std::strtol(env, nullptr, 10) : 256;
+  return static_cast<size_t>(std::max(0L, mb)) << 20;
+}
+
 struct TileScratch {
   std::vector<float> p, ds, transposed;
   TileScratch() : p(kBlockM * kBlockN), ds(kBlockM * kBlockN), transposed(kBlockN * kBlockM) {}
 };
 
 // Pass 1: dK, dV of key block kb of (b, hk), summed over the group's query heads.
+// dq_partial: this thread's fp32 [B, Hq, Sq, D] dQ accumulator, or nullptr (dQ in a second pass).
 void backward_key_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdInputs& in, int b,
-                        int hk, int kb, TileScratch& w, std::vector<float>& dk, std::vector<float>& dv) {
+                        int hk, int kb, TileScratch& w, std::vector<float>& dk, std::vector<float>& dv,
+                        float* dq_partial) {
   const int dim = p.head_dim, group = p.heads_q / p.heads_k;
   const int col0 = kb * kBlockN, cols = std::min(kBlockN, p.seqlen_k - col0);
   const int nqb = num_blocks(p.seqlen_q, kBlockM);
@@ -109,6 +126,11 @@ void backward_key_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdI
       accumulate_product(w.transposed.data(), kBlockM, cols, rows, dout, dim, dv.data());
       transpose_tile(w.ds.data(), kBlockN, rows, cols, w.transposed.data(), kBlockM);  // dS^T
       accumulate_product(w.transposed.data(), kBlockM, cols, rows, q, dim, dk.data());
+      if (dq_partial) {
+        float* dq = dq_partial + ((static_cast<size_t>(b) * p.heads_q + hq) * p.seqlen_q + row0) * dim;
+        accumulate_product(w.ds.data(), kBlockN, rows, cols, in.k.at(b, hk) + static_cast<size_t>(col0) * dim,
+                           dim, dq);
+      }
     }
   }
   for (int j = 0; j < cols; ++j) {
@@ -147,18 +169,54 @@ void run_bwd_cpu(const BwdParams& p) {
   const BwdInputs in = pack_inputs(p);
   const int nkb = plan.num_key_blocks(), nqb = num_blocks(p.seqlen_q, kBlockM);
   const size_t block_elems = static_cast<size_t>(std::max(kBlockM, kBlockN)) * p.head_dim;
+#ifdef _OPENMP
+  const int max_threads = omp_get_max_threads();
+#else
+  const int max_threads = 1;
+#endif
+  const size_t q_elems = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
+  const bool fused = static_cast<size_t>(max_threads) * q_elems * sizeof(float) <= fused_budget_bytes();
+  std::vector<float> dq_partials(fused ? static_cast<size_t>(max_threads) * q_elems : 0, 0.f);
 #pragma omp parallel
   {
     TileScratch w;
     std::vector<float> acc_a(block_elems), acc_b(block_elems);
+    if (fused) {
+#ifdef _OPENMP
+      const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
+#else
+      const int thread = 0, threads = 1;
+#endif
+      float* mine = dq_partials.data() + static_cast<size_t>(thread) * q_elems;
+      // Static round-robin: the same work lands on the same thread every run, so the summation
+      // order of dQ, and the result, is reproducible.
+#pragma omp for collapse(3) schedule(static, 1)
+      for (int b = 0; b < p.batch; ++b)
+        for (int hk = 0; hk < p.heads_k; ++hk)
+          for (int kb = 0; kb < nkb; ++kb) backward_key_block(p, plan, in, b, hk, kb, w, acc_a, acc_b, mine);
+#pragma omp for collapse(2) schedule(static)
+      for (int b = 0; b < p.batch; ++b)
+        for (int hq = 0; hq < p.heads_q; ++hq)
+          for (int s = 0; s < p.seqlen_q; ++s) {
+            const size_t at = ((static_cast<size_t>(b) * p.heads_q + hq) * p.seqlen_q + s) * p.head_dim;
+            float* row = acc_a.data();
+            std::copy(dq_partials.begin() + at, dq_partials.begin() + at + p.head_dim, row);
+            for (int t = 1; t < threads; ++t) {
+              const float* part = dq_partials.data() + static_cast<size_t>(t) * q_elems + at;
+              for (int d = 0; d < p.head_dim; ++d) row[d] += part[d];
+            }
+            store_row(row, p.dtype, p.head_dim, row_ptr_mut(p.dq, p.dtype, b, s, hq));
+          }
+    } else {
 #pragma omp for collapse(3) schedule(dynamic, 1)
-    for (int b = 0; b < p.batch; ++b)
-      for (int hk = 0; hk < p.heads_k; ++hk)
-        for (int kb = 0; kb < nkb; ++kb) backward_key_block(p, plan, in, b, hk, kb, w, acc_a, acc_b);
+      for (int b = 0; b < p.batch; ++b)
+        for (int hk = 0; hk < p.heads_k; ++hk)
+          for (int kb = 0; kb < nkb; ++kb) backward_key_block(p, plan, in, b, hk, kb, w, acc_a, acc_b, nullptr);
 #pragma omp for collapse(3) schedule(dynamic, 1)
-    for (int b = 0; b < p.batch; ++b)
-      for (int hq = 0; hq < p.heads_q; ++hq)
-        for (int qb = 0; qb < nqb; ++qb) backward_query_block(p, plan, in, b, hq, qb, w, acc_a);
+      for (int b = 0; b < p.batch; ++b)
+        for (int hq = 0; hq < p.heads_q; ++hq)
+          for (int qb = 0; qb < nqb; ++qb) backward_query_block(p, plan, in, b, hq, qb, w, acc_a);
+    }
   }
 }
 
