@@ -595,6 +595,7 @@ def parse_args(argv):
     p.add_argument("--tokens-per-step", type=int)
     p.add_argument("--steps", type=int)
     p.add_argument("--warmup", type=int)
+    p.add_argument("--attn-reps", type=int, help="timed attention-alone calls (default 5)")
     p.add_argument("--dataset", choices=("mix", "gsm8k", "hh_rlhf"))
     p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
     p.add_argument("--time-budget-s", type=float, default=1e9,
@@ -617,7 +618,7 @@ def main(argv=None) -> int:
     shape, plan = ModelShape(), RunPlan()
     if args.smoke:
         smoke_settings(shape, plan)
-    for key in ("seqlens", "layers", "tokens_per_step", "steps", "warmup", "dataset"):
+    for key in ("seqlens", "layers", "tokens_per_step", "steps", "warmup", "attn_reps", "dataset"):
         val = getattr(args, key)
         if val is not None:
             setattr(shape if key == "layers" else plan, key, val)
