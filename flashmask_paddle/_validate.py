@@ -13,6 +13,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from .masks._core import check_bound_columns, validate  # numpy only, like this module
+
 __all__ = ["Dims", "dtype_name", "check_qkv", "check_indices_layout", "check_indices_values",
            "check_dropout", "check_softmax_scale", "window_pair", "CPU_DTYPES", "GPU_DTYPES"]
 
@@ -81,20 +83,11 @@ def check_indices_layout(shape: Sequence[int], dtype, dims: Dims, causal: bool) 
     if hm not in allowed_heads:
         raise ValueError(f"startend_row_indices.shape[1] (mask heads) must be one of {allowed_heads} "
                          f"(1, key num_heads or query num_heads), got {hm}")
-    if c not in (1, 2, 4):
-        raise ValueError(f"startend_row_indices.shape[3] (C) must be 1, 2 or 4, got {c}")
-    if causal and c == 4:
-        raise ValueError("startend_row_indices with causal=True must have C=1 (LTS) or C=2 (LTS, LTE), "
-                         "got C=4; use causal=False for C=4 (LTS, LTE, UTS, UTE)")
-    if not causal and c == 1:
-        raise ValueError("startend_row_indices with causal=False must have C=2 (LTS, UTE) or C=4, "
-                         "got C=1; use causal=True for C=1 (LTS)")
+    check_bound_columns(c, bool(causal))
 
 
 def check_indices_values(indices: np.ndarray, causal: bool, seqlen_q: int) -> None:
     """Every bound in [0, Sq], LTS <= LTE, UTS <= UTE (first offending position in the message)."""
-    from .masks import validate  # numpy only; imported late to keep this module's import light
-
     validate(np.asarray(indices), bool(causal), int(seqlen_q))
 
 

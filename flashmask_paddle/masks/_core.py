@@ -33,6 +33,23 @@ def bound_names(causal: bool, columns: int) -> tuple[str, ...]:
     return {2: ("LTS", "UTE"), 4: ("LTS", "LTE", "UTS", "UTE")}[columns]
 
 
+def check_bound_columns(columns: int, causal: bool) -> None:
+    """Raise ValueError unless C = ``columns`` is a form DESIGN.md §2 defines for ``causal``.
+
+    The one place that says which C goes with which flag: :func:`validate` and the op's layout
+    check (``flashmask_paddle._validate.check_indices_layout``) both call it.
+    """
+    if columns not in (1, 2, 4):
+        raise ValueError(f"startend_row_indices must have C in {{1, 2, 4}} bound columns (its last "
+                         f"dimension), got {columns}: C={columns} is not a FlashMask form")
+    if causal and columns == 4:
+        raise ValueError("startend_row_indices with causal=True must have C=1 (LTS) or C=2 (LTS, LTE), "
+                         "got C=4; C=4 (LTS, LTE, UTS, UTE) needs causal=False")
+    if not causal and columns == 1:
+        raise ValueError("startend_row_indices with causal=False must have C=2 (LTS, UTE) or C=4 "
+                         "(LTS, LTE, UTS, UTE), got C=1; C=1 (LTS) needs causal=True")
+
+
 def validate(indices, causal: bool, seqlen_q: int) -> None:
     """Raise ValueError unless ``indices`` is a well-formed ``startend_row_indices`` for ``causal``.
 
@@ -48,14 +65,7 @@ def validate(indices, causal: bool, seqlen_q: int) -> None:
         raise ValueError("startend_row_indices must have rank 4 [batch, mask_heads, seqlen_k, C], "
                          f"got rank {arr.ndim} with shape {tuple(arr.shape)}")
     columns = arr.shape[-1]
-    if columns not in (1, 2, 4):
-        raise ValueError(f"startend_row_indices must have C in {{1, 2, 4}} bound columns, got C={columns}")
-    if causal and columns == 4:
-        raise ValueError("startend_row_indices with causal=True must have C=1 (LTS) or C=2 (LTS, LTE), "
-                         "got C=4; C=4 (LTS, LTE, UTS, UTE) needs causal=False")
-    if not causal and columns == 1:
-        raise ValueError("startend_row_indices with causal=False must have C=2 (LTS, UTE) or C=4 "
-                         "(LTS, LTE, UTS, UTE), got C=1; C=1 (LTS) needs causal=True")
+    check_bound_columns(columns, causal)
     if not isinstance(seqlen_q, (int, np.integer)) or seqlen_q < 0:
         raise ValueError(f"seqlen_q must be a non-negative int, got {seqlen_q!r}")
     names = bound_names(bool(causal), columns)
