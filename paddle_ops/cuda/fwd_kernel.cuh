@@ -37,6 +37,9 @@ struct FwdTraits {
   static constexpr int kNWarps = kNWarps_, kNThreads = 32 * kNWarps_;
   static_assert(kHeadDim % 64 == 0, "smem rows are built from 64-element swizzled atoms");
   static_assert(kBlockM == 16 * kNWarps || kBlockM == 32 * kNWarps, "warps split the query rows");
+  // 16 rows per warp at D <= 128 needs ~100 accumulator registers: cap at 168 so that three CTAs
+  // share an SM (the compiler's choice, 194, allowed two).
+  static constexpr int kMinBlocksPerSm = (kBlockM == 16 * kNWarps && kHeadDim <= 128) ? 3 : 1;
 
   using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
                                      MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
@@ -237,7 +240,7 @@ __device__ __forceinline__ void softmax_step(Scores& scores, RowStat& row_max, R
 // ---- the kernel ----------------------------------------------------------------------------------
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     fwd_kernel(const FwdParams p, const FwdBlockLists lists, const MaskSlices slices) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;

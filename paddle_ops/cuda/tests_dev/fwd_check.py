@@ -205,6 +205,9 @@ def correctness(lib):
         ("sliding window", 1, 1100, 1100, 2, 2, "1", 128, "fp16", "sliding"),
         ("Sk not multiple, full", 1, 70, 1029, 2, 1, "1", 128, "bf16", "full"),
         ("fuzz C4 D256 Sq!=Sk", 2, 333, 190, 2, 2, "hk", 256, "bf16", "fuzz_c4"),
+        ("batched causal GQA (no indices)", 3, 333, 333, 6, 2, "1", 64, "fp16", "causal"),
+        ("batched full (no indices)", 2, 200, 270, 4, 4, "1", 128, "bf16", "full"),
+        ("batched doc Hm=Hq", 3, 300, 300, 4, 2, "hq", 128, "bf16", "doc"),
     ]
     results = []
     for c in cases:
