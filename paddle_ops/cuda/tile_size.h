@@ -18,7 +18,8 @@ struct FwdTileSize {
 // which is what dense and causal attention need (D=128 8K causal: 357 TFLOP/s vs 300 with 64 rows).
 // Masks given by startend_row_indices are sparse: the per-query-block lists are short and many
 // tiles are partial, so 64-row CTAs (lower latency per CTA, 3-4 CTAs per SM, denser visited
-// tiles) win there at D=128 (8K causal document 197 vs 166 TFLOP/s). D=256 uses 64 x 64 always:
+// tiles; 16 rows per warp fit in 168 registers, so 3 CTAs per SM) win there at D=128 (8K causal
+// document 216 vs 172 TFLOP/s, 32K 269 vs 263). D=256 uses 64 x 64 always:
 // acc_o stays at 128 floats/thread and smem at 96 KB (two CTAs per SM).
 constexpr FwdTileSize fwd_tile_size(int32_t head_dim, bool has_indices) {
   if (head_dim > 128) return FwdTileSize{64, 64, 4};
