@@ -51,3 +51,18 @@ def test_bad_settings_are_clear_errors(tmp_path):
         train_sentencepiece(TEXTS, 320, "wordpiece", str(tmp_path))
     with pytest.raises(ValueError, match="texts is empty"):
         train_sentencepiece([], 320, "bpe", str(tmp_path))
+
+
+def test_too_little_text_for_the_vocab_size_gives_every_piece_it_has(tmp_path, caplog):
+    """A handful of rows with the default 3000 pieces: no raw SentencePiece error, a smaller
+    vocabulary (logged), and a tokenizer that still round-trips its text."""
+    few = TEXTS[:3]
+    with caplog.at_level("WARNING", logger="flashmask_paddle.train.tokenizer"):
+        tok = get_tokenizer(ModelConfig(tokenizer_vocab_size=3000, tokenizer_cache_dir=str(tmp_path)), few)
+    assert 300 <= len(tok) < 3000
+    assert f"trained {len(tok)}" in caplog.text and "model.tokenizer_vocab_size" in caplog.text
+    for text in ["Tom has 42 apples. How many are left?", "unseen: Zebra ünïcode ✓"]:  # byte fallback
+        ids = encode(tok, text)
+        assert 0 not in ids and tok.decode(ids) == text
+    # enough text keeps the exact size
+    assert len(get_tokenizer(ModelConfig(tokenizer_vocab_size=320, tokenizer_cache_dir=str(tmp_path)), TEXTS)) == 320

@@ -52,7 +52,7 @@ class ModelConfig:
     # Tokenizer: a local directory (PaddleNLP tokenizer files); None = the model dir's tokenizer, or,
     # with no model dir, a SentencePiece model trained on the training text and cached.
     tokenizer: Optional[str] = None
-    tokenizer_vocab_size: int = 3000
+    tokenizer_vocab_size: int = 3000  # at most: text with fewer pieces gets them all (a warning is logged)
     tokenizer_type: str = field(default="bpe", metadata={"choices": ("bpe", "unigram")})
     tokenizer_cache_dir: Optional[str] = None  # default ~/.cache/flashmask_paddle/tokenizers
 

@@ -2,7 +2,8 @@
 
 Nothing is downloaded. With ``model.tokenizer`` or ``model.model_name_or_path`` set, PaddleNLP's
 ``AutoTokenizer`` loads the files from that directory. Otherwise a SentencePiece model (BPE or
-unigram, ``model.tokenizer_vocab_size`` pieces, digits split, byte fallback so no text is ever
+unigram, ``model.tokenizer_vocab_size`` pieces -- fewer when the text has fewer, see
+:func:`train_sentencepiece` --, digits split, byte fallback so no text is ever
 ``<unk>``) is trained on the recipe's training text at first use and cached under
 ``model.tokenizer_cache_dir`` (default ``~/.cache/flashmask_paddle/tokenizers``) in a directory
 named by a hash of the text and the settings: the same data gives the same tokenizer, and a second
@@ -47,6 +48,10 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, model_type: str =
     """Train (or reuse from the cache) a SentencePiece model; returns its directory.
 
     Deterministic: one training thread and no sentence sampling, so equal inputs give equal files.
+    ``vocab_size`` is exact when the text has that many pieces; when it has fewer (a handful of
+    rows with the default 3000), the model gets every piece the text supports and a warning is
+    logged, rather than SentencePiece's "Vocabulary size too high" error. The model's vocabulary
+    follows the tokenizer's actual size (``modeling.model_config_from_section``: ``len(tokenizer)``).
     """
     import sentencepiece as spm
 
@@ -62,21 +67,41 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, model_type: str =
     if os.path.isfile(model_file):
         return out_dir
     os.makedirs(out_dir, exist_ok=True)
+    try:
+        proto = _train_spm(texts, vocab_size, model_type, hard_vocab_limit=True)
+    except RuntimeError as e:
+        if "Vocabulary size too high" not in str(e):
+            raise
+        # Too little text for vocab_size pieces (a few rows with the default 3000): take every piece
+        # the text supports instead of failing. Text with enough pieces never gets here, so its
+        # tokenizer (and cache entry) is the exact vocab_size one.
+        proto = _train_spm(texts, vocab_size, model_type, hard_vocab_limit=False)
+        logger.warning("the tokenizer training text (%d texts) supports fewer than vocab_size=%d "
+                       "(model.tokenizer_vocab_size) pieces: trained %d", len(texts), vocab_size,
+                       spm.SentencePieceProcessor(model_proto=proto).get_piece_size())
+    tmp = model_file + f".tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(proto)
+    os.replace(tmp, model_file)  # atomic: a concurrent reader never sees half a model
+    logger.info("trained a %s SentencePiece tokenizer (at most %d pieces) on %d texts -> %s",
+                model_type, vocab_size, len(texts), out_dir)
+    return out_dir
+
+
+def _train_spm(texts: list[str], vocab_size: int, model_type: str, hard_vocab_limit: bool) -> bytes:
+    """One SentencePiece training run; the serialized model. ``hard_vocab_limit=False`` lets the
+    vocabulary come out smaller than ``vocab_size`` when the text has fewer pieces."""
+    import sentencepiece as spm
+
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
         character_coverage=1.0, byte_fallback=True, split_digits=True, num_threads=1,
         input_sentence_size=0, shuffle_input_sentence=False, max_sentence_length=1 << 16,
         unk_id=0, bos_id=1, eos_id=2, pad_id=3, unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
-        pad_piece="<pad>", minloglevel=2,
+        pad_piece="<pad>", minloglevel=2, hard_vocab_limit=hard_vocab_limit,
     )
-    tmp = model_file + f".tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
-    os.replace(tmp, model_file)  # atomic: a concurrent reader never sees half a model
-    logger.info("trained a %s SentencePiece tokenizer (%d pieces) on %d texts -> %s",
-                model_type, vocab_size, len(texts), out_dir)
-    return out_dir
+    return buf.getvalue()
 
 
 def _wrap_spm(directory: str):
