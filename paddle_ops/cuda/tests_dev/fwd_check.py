@@ -1,6 +1,8 @@
 """Development check of the CUDA forward on the GPU (not a pytest module; tests/gpu owns those).
 
-    python paddle_ops/cuda/tests_dev/fwd_check.py LIB.so [--bench]
+    python paddle_ops/cuda/tests_dev/fwd_check.py LIB.so [--bench | --small]
+
+--small runs four small cases only (for compute-sanitizer memcheck / racecheck).
 
 Correctness: fresh random inputs, out/LSE poisoned with NaN and the workspace with 0xFF before each
 call, compared with a float64 reference built on reference.visible_pairs (the fp64 oracle's mask
@@ -189,6 +191,22 @@ def check_case(lib, rng, name, b, sq, sk, hq, hk, hm_kind, d, dt, kind, scale=No
     return ok, rel, dt, d
 
 
+SMALL_CASES = [
+    ("small fuzz C4 Hm=Hq", 1, 130, 70, 2, 1, "hq", 64, "bf16", "fuzz_c4"),
+    ("small causal doc", 1, 200, 200, 2, 2, "1", 128, "fp16", "causal_doc"),
+    ("small causal C2 D256 Sq<Sk", 1, 90, 150, 2, 2, "hk", 256, "bf16", "fuzz_c2_causal"),
+    ("small full Sq<Sk", 2, 65, 129, 2, 1, "1", 128, "bf16", "full"),
+]
+
+
+def small(lib):
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    results = [check_case(lib, rng, *c) for c in SMALL_CASES]
+    n_fail = sum(not r[0] for r in results)
+    print(f"small: {len(results) - n_fail}/{len(results)} passed")
+    return n_fail == 0
+
+
 def correctness(lib):
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     cases = [
@@ -297,6 +315,8 @@ def time_it(fn, reps=20):
 
 if __name__ == "__main__":
     lib = Lib(sys.argv[1])
+    if "--small" in sys.argv:
+        sys.exit(0 if small(lib) else 1)
     ok = correctness(lib)
     if "--bench" in sys.argv:
         bench(lib)
