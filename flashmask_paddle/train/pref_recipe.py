@@ -1,17 +1,14 @@
 """What the DPO and reward-model recipes share: packed preference rows from a recipe, the batch
-collator, and the run skeleton (train, save, summarize).
+collator, and the run (``sft.train_and_summarize`` with accuracies in the summary).
 
 Rows come from :mod:`.preference` (a prompt and its ranked answers per group, several groups per
 row, the share-question mask); everything else reuses the SFT framework: tokenizer
 (:func:`.tokenizer.get_tokenizer`, trained on the preference texts when no model dir is given),
 ``PackedDataset`` and ``PackedMetricsMixin`` (bookkeeping keys -> tokens/s, mask density; in-order
-sampler) from :mod:`.dataset`, ``training_args``, ``resolve_resume`` and ``summarize`` from :mod:`.sft`.
+sampler) from :mod:`.dataset`, ``training_args`` and ``train_and_summarize`` from :mod:`.sft`.
 """
 from __future__ import annotations
 
-import json
-import os
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,31 +119,13 @@ def make_collator(collate):
 
 
 def run_recipe(cfg, build_trainer, accuracy_key: str) -> dict:
-    """Build, train (resuming per ``train.resume``), save, evaluate, and write ``summary.json``."""
-    import paddle
+    """``sft.train_and_summarize`` plus the final train accuracy and the eval accuracy (under the
+    trainer's ``accuracy_key`` log name) in the summary."""
+    from .sft import train_and_summarize
 
-    from .integration import flashmask_enabled
-    from .sft import resolve_resume, summarize
+    def accuracies(trainer, eval_metrics):
+        logged = [h[accuracy_key] for h in trainer.history if accuracy_key in h]
+        return {"final_accuracy": logged[-1] if logged else None,
+                "eval_accuracy": eval_metrics.get("eval_" + accuracy_key)}
 
-    t0 = time.perf_counter()
-    resume = resolve_resume(cfg.train)  # before any work: a bad resume fails fast
-    trainer, stats = build_trainer(cfg)
-    # Fresh optimizer-state names whatever ran before in this process, so a checkpoint written here
-    # resumes in any process (as sft.run does; parameter names: modeling.build_model's guard).
-    with flashmask_enabled(cfg.attention), paddle.utils.unique_name.guard():
-        trainer.train(resume_from_checkpoint=resume)
-        trainer.save_model(cfg.train.output_dir)
-        eval_metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
-    wall = time.perf_counter() - t0
-    accuracies = [h[accuracy_key] for h in trainer.history if accuracy_key in h]
-    summary = summarize(trainer, stats, wall, {
-        "task": cfg.task, "attention": cfg.attention, "final_accuracy": accuracies[-1] if accuracies else None,
-        "eval_loss": eval_metrics.get("eval_loss"), "eval_accuracy": eval_metrics.get("eval_" + accuracy_key),
-        "resumed_from": resume, "config": cfg.to_dict()})
-    with open(os.path.join(cfg.train.output_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=str)
-    print(f"[flashmask-train] {cfg.task} done: {summary['global_step']} steps in {wall:.1f} s, final loss "
-          f"{summary['final_loss']}, final accuracy {summary['final_accuracy']}, eval loss "
-          f"{summary['eval_loss']}, {summary['tokens_per_sec']} tokens/s, mask density {summary['mask_density']}",
-          flush=True)
-    return summary
+    return train_and_summarize(cfg, build_trainer, accuracies)

@@ -23,7 +23,7 @@ from .packing import PackStats, pack, prompt_response_document
 from .tokenizer import encode, get_tokenizer
 
 __all__ = ["run", "read_jsonl", "sft_documents", "build_trainer", "PackedSFTTrainer", "training_args",
-           "resolve_resume", "summarize"]
+           "resolve_resume", "summarize", "train_and_summarize"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,8 @@ def build_trainer(cfg: RecipeConfig):
 
 
 def summarize(trainer, stats: PackStats, wall_s: float, extra=None) -> dict:
+    """Summary of a finished run from the trainer's log history: first/final loss, mean tokens/s and
+    mask density, the packing statistics, the whole log; ``extra`` entries are added as given."""
     losses = [h["loss"] for h in trainer.history if "loss" in h]
     speeds = [h["tokens_per_sec"] for h in trainer.history if "tokens_per_sec" in h]
     dens = [h["mask_density"] for h in trainer.history if "mask_density" in h]
@@ -187,31 +189,43 @@ def summarize(trainer, stats: PackStats, wall_s: float, extra=None) -> dict:
     return out
 
 
-def run(cfg: RecipeConfig) -> dict:
-    """Train SFT or LoRA per the recipe; returns (and writes to output_dir/summary.json) the summary."""
+def train_and_summarize(cfg: RecipeConfig, build_trainer, task_fields=None) -> dict:
+    """The run every recipe shares: check ``train.resume``, build, train, save, evaluate, summarize.
+
+    ``build_trainer(cfg) -> (trainer, stats)`` is the task's part (data, model, trainer);
+    ``task_fields(trainer, eval_metrics) -> dict`` adds task-specific summary entries (e.g. the
+    final accuracy), which the closing log line also shows. Writes ``summary.json`` into
+    ``train.output_dir`` and returns the summary.
+    """
+    import paddle
+
     from .integration import flashmask_enabled
 
-    if cfg.task not in ("sft", "lora"):
-        raise ConfigError(f"sft.run handles task sft or lora, got {cfg.task!r}")
     t0 = time.perf_counter()
     resume = resolve_resume(cfg.train)  # before any work: a bad resume fails fast
     trainer, stats = build_trainer(cfg)
-    import paddle
-
     # Fresh optimizer-state names (embedding_0.w_0_moment1_0, ...) whatever ran before in this
     # process, so a checkpoint written here resumes in any process (see modeling.build_model).
     with flashmask_enabled(cfg.attention), paddle.utils.unique_name.guard():
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(cfg.train.output_dir)
-        eval_loss = None
-        if trainer.eval_dataset is not None:
-            eval_loss = trainer.evaluate().get("eval_loss")
+        eval_metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
     wall = time.perf_counter() - t0
-    summary = summarize(trainer, stats, wall, {"task": cfg.task, "attention": cfg.attention, "eval_loss": eval_loss,
+    extra = task_fields(trainer, eval_metrics) if task_fields is not None else {}
+    summary = summarize(trainer, stats, wall, {"task": cfg.task, "attention": cfg.attention,
+                                               "eval_loss": eval_metrics.get("eval_loss"), **extra,
                                                "resumed_from": resume, "config": cfg.to_dict()})
     with open(os.path.join(cfg.train.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, default=str)
+    shown = "".join(f", {key.replace('_', ' ')} {value}" for key, value in extra.items())
     print(f"[flashmask-train] {cfg.task} done: {summary['global_step']} steps in {wall:.1f} s, final loss "
-          f"{summary['final_loss']}, eval loss {eval_loss}, {summary['tokens_per_sec']} tokens/s, "
-          f"mask density {summary['mask_density']}", flush=True)
+          f"{summary['final_loss']}{shown}, eval loss {summary['eval_loss']}, {summary['tokens_per_sec']} "
+          f"tokens/s, mask density {summary['mask_density']}", flush=True)
     return summary
+
+
+def run(cfg: RecipeConfig) -> dict:
+    """Train SFT or LoRA per the recipe; returns (and writes to output_dir/summary.json) the summary."""
+    if cfg.task not in ("sft", "lora"):
+        raise ConfigError(f"sft.run handles task sft or lora, got {cfg.task!r}")
+    return train_and_summarize(cfg, build_trainer)
