@@ -100,6 +100,12 @@ def test_packs_hold_whole_documents_with_restarting_positions_and_masked_padding
     assert stats.tokens == sum(len(d) for d in docs)
     assert stats.loss_tokens == sum(int((np.asarray(d.labels) != IGNORE_INDEX).sum()) for d in docs)
     assert 0 < stats.mask_density < 1
+    # the densities equal counts on the dense pictures: visible pairs / S^2 and 128x128 tiles touched
+    dense = masks.to_dense(np.stack([p.startend_row_indices for p in packs]), causal=True)
+    assert stats.mask_density == pytest.approx(dense.mean(), rel=1e-12)
+    tiles = [dense[:, :, i:i + 128, j:j + 128].any(axis=(2, 3)) for i in range(0, seqlen, 128)
+             for j in range(0, seqlen, 128)]
+    assert stats.tile_density == pytest.approx(np.mean(tiles), rel=1e-12)
 
 
 def test_overlong_documents_are_truncated_or_dropped_and_counted(seed):

@@ -22,7 +22,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 __all__ = ["IGNORE_INDEX", "Document", "Pack", "PackStats", "PackingError", "prompt_response_document",
-           "first_fit_decreasing", "pack", "check_pack", "causal_document_mask", "stack_packs"]
+           "first_fit_decreasing", "pack", "check_pack", "causal_document_mask", "stack_packs", "mask_densities",
+           "row_bookkeeping"]
 
 logger = logging.getLogger(__name__)
 
@@ -216,25 +217,42 @@ def pack(documents: Sequence[Document], max_length: int, pad_id: int, *, overlon
     if shuffle_seed is not None:
         perm = np.random.default_rng(shuffle_seed).permutation(len(bins))
         bins = [bins[p] for p in perm]
-    from flashmask_paddle import masks
-
     packs = []
-    visible, tiles = 0.0, 0.0
     for b in bins:
         row = _build_row([kept[i] for i in b], [kept_ids[i] for i in b], max_length, pad_id, mask_fn)
         if check:
             check_pack(row)
-        idx = row.startend_row_indices[None]
-        visible += float(masks.count_visible(idx, causal=row.causal).mean()) / max_length ** 2
-        tiles += masks.tile_density(idx, causal=row.causal)
         stats.tokens += row.num_tokens
         stats.loss_tokens += int((row.labels != IGNORE_INDEX).sum())
         stats.padding += max_length - row.num_tokens
         packs.append(row)
     stats.packs = len(packs)
-    stats.mask_density = visible / max(1, len(packs))
-    stats.tile_density = tiles / max(1, len(packs))
+    if packs:
+        stats.mask_density, stats.tile_density = mask_densities(
+            np.stack([p.startend_row_indices for p in packs]), packs[0].causal)
     return packs, stats
+
+
+def mask_densities(indices, causal: bool) -> tuple[float, float]:
+    """``(mask_density, tile_density)`` of packed rows' ``startend_row_indices`` ``[B, Hm, S, C]``:
+    visible (query, key) pairs / S^2 and the share of 128x128 tiles not fully masked, each the mean
+    over rows and mask heads (the figures of :class:`PackStats` and the preference stats)."""
+    from flashmask_paddle import masks
+
+    indices = np.asarray(indices)
+    seqlen = indices.shape[2]
+    return (float(masks.count_visible(indices, causal=causal).mean()) / seqlen ** 2,
+            float(masks.tile_density(indices, causal=causal)))
+
+
+def row_bookkeeping(num_tokens, indices, causal: bool) -> dict:
+    """The per-row bookkeeping keys of a batch (``dataset.META_KEYS``, popped by
+    ``dataset.PackedMetricsMixin``): ``num_tokens`` (real tokens) and ``visible_pairs`` (visible
+    (query, key) pairs, mean over mask heads) of rows with ``startend_row_indices`` ``[B, Hm, S, C]``."""
+    from flashmask_paddle import masks
+
+    return {"num_tokens": np.asarray(num_tokens, dtype=np.int64),
+            "visible_pairs": masks.count_visible(indices, causal=causal).mean(axis=1).astype(np.int64)}
 
 
 def check_pack(p: Pack) -> None:
@@ -289,20 +307,16 @@ def check_pack(p: Pack) -> None:
 
 def stack_packs(packs: Sequence[Pack]) -> dict:
     """Numpy batch of packs: the model inputs plus ``num_tokens`` and ``visible_pairs`` per row."""
-    from flashmask_paddle import masks
-
     if not packs:
         raise ValueError("stack_packs: no packs")
     seqlens = {p.seqlen for p in packs}
     if len(seqlens) != 1:
         raise PackingError(f"stack_packs: rows of different lengths {sorted(seqlens)}")
     idx = np.stack([p.startend_row_indices for p in packs]).astype(np.int32)
-    causal = packs[0].causal
     return {
         "input_ids": np.stack([p.input_ids for p in packs]),
         "labels": np.stack([p.labels for p in packs]),
         "position_ids": np.stack([p.position_ids for p in packs]),
         "attn_mask_startend_row_indices": idx,
-        "num_tokens": np.array([p.num_tokens for p in packs], dtype=np.int64),
-        "visible_pairs": masks.count_visible(idx, causal=causal).mean(axis=1).astype(np.int64),
+        **row_bookkeeping([p.num_tokens for p in packs], idx, packs[0].causal),
     }

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import masks
 from . import preference
 from .config import ConfigError
+from .packing import mask_densities, row_bookkeeping
 from .tokenizer import encode, get_tokenizer
 
 __all__ = ["PreferenceStats", "preference_datasets", "make_collator", "run_recipe"]
@@ -70,13 +70,12 @@ def _pack_file(path, cfg, section, tokenizer, num_answers, shuffle_seed):
             preference.check_row(row)
     except ValueError as e:
         raise ConfigError(f"{path}: {e}") from None
-    idx = np.stack([r.mask for r in rows])
+    mask_density, tile_density = mask_densities(np.stack([r.mask for r in rows]), causal=True)
     stats = PreferenceStats(
         examples=len(examples), skipped=dict(skipped), groups=counts["groups"], truncated=counts["truncated"],
         dropped={k[len("dropped_"):]: v for k, v in counts.items() if k.startswith("dropped_")},
         packs=len(rows), tokens=counts["tokens"], padding=len(rows) * d.max_length - counts["tokens"],
-        mask_density=float(masks.count_visible(idx, causal=True).mean() / d.max_length ** 2),
-        tile_density=float(masks.tile_density(idx, causal=True)))
+        mask_density=mask_density, tile_density=tile_density)
     return rows, stats
 
 
@@ -110,9 +109,8 @@ def make_collator(collate):
         import paddle
 
         batch = collate(rows)
-        batch["num_tokens"] = np.array([r.num_tokens for r in rows], dtype=np.int64)
-        batch["visible_pairs"] = masks.count_visible(batch["attn_mask_startend_row_indices"], causal=True
-                                                     ).mean(axis=1).astype(np.int64)
+        batch.update(row_bookkeeping([r.num_tokens for r in rows], batch["attn_mask_startend_row_indices"],
+                                     causal=True))
         return {k: paddle.to_tensor(v) for k, v in batch.items()}
 
     return collator
