@@ -8,13 +8,25 @@ import numpy as np
 from ._core import ColumnMask
 
 
-def check_int(name: str, value, *, minimum: int = 0) -> int:
-    """``value`` as a Python int >= ``minimum``; TypeError/ValueError naming ``name`` otherwise."""
+def check_int(name: str, value, *, minimum: int = 0, maximum: int | None = None,
+              maximum_name: str | None = None) -> int:
+    """``value`` as a Python int in ``[minimum, maximum]``; TypeError/ValueError naming ``name``
+    otherwise (and ``maximum_name``, e.g. ``"seqlen"``, when the upper bound is another argument)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        limit = f"{maximum_name}={maximum}" if maximum_name else f"{maximum}"
+        raise ValueError(f"{name} must be <= {limit}, got {value}")
     return int(value)
+
+
+def check_pair(name: str, value, what: str):
+    """``value`` as a 2-sequence (tuple or list); ValueError "``name`` must be a ``what`` pair" otherwise."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{name} must be a {what} pair, got {value!r}")
+    return value
 
 
 def check_lengths(name: str, values, *, minimum: int = 1, allow_empty: bool = False) -> np.ndarray:

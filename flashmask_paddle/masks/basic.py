@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import check_int, column_mask, empty_lower, empty_upper, window_pair
+from ._args import check_int, check_pair, column_mask, empty_lower, empty_upper, window_pair
 from ._core import ColumnMask, picture  # noqa: F401  (picture: used by the doctests)
 
 __all__ = ["full", "causal", "sliding_window", "global_sliding_window", "prefix_lm_causal",
@@ -128,9 +128,7 @@ def global_sliding_window(seqlen: int, *, global_tokens: int, window) -> ColumnM
     ■ ■ · · · · · · ■ ■
     """
     seqlen = check_int("seqlen", seqlen, minimum=1)
-    g = check_int("global_tokens", global_tokens)
-    if g > seqlen:
-        raise ValueError(f"global_tokens must be <= seqlen={seqlen}, got {g}")
+    g = check_int("global_tokens", global_tokens, maximum=seqlen, maximum_name="seqlen")
     left, right = window_pair("window", window)
     cols = np.arange(seqlen)
     is_global = cols < g
@@ -157,9 +155,7 @@ def prefix_lm_causal(seqlen: int, prefix_len: int) -> ColumnMask:
     ■ ■ ■ ■ ■ ■ ■ ■ ■ ■
     """
     seqlen = check_int("seqlen", seqlen, minimum=1)
-    prefix_len = check_int("prefix_len", prefix_len)
-    if prefix_len > seqlen:
-        raise ValueError(f"prefix_len must be <= seqlen={seqlen}, got {prefix_len}")
+    prefix_len = check_int("prefix_len", prefix_len, maximum=seqlen, maximum_name="seqlen")
     cols = np.arange(seqlen)
     return column_mask([np.full(seqlen, seqlen), np.where(cols < prefix_len, 0, cols)], False)
 
@@ -192,8 +188,7 @@ def qk_sparse(seqlen: int, *, spans) -> ColumnMask:
     lte = np.full(seqlen, seqlen, dtype=np.int64)
     previous_end = 0
     for s, span in enumerate(spans):
-        if not isinstance(span, (tuple, list)) or len(span) != 2:
-            raise ValueError(f"spans[{s}] must be a (start, length) pair, got {span!r}")
+        check_pair(f"spans[{s}]", span, "(start, length)")
         start = check_int(f"spans[{s}] start", span[0])
         length = check_int(f"spans[{s}] length", span[1], minimum=1)
         if start < previous_end:
@@ -229,9 +224,7 @@ def random_eviction(seqlen: int, *, cache_size: int, seed: int, batch: int = 1, 
     ■ ■ · · · · · ■ · ■
     """
     seqlen = check_int("seqlen", seqlen, minimum=1)
-    cache_size = check_int("cache_size", cache_size, minimum=1)
-    if cache_size > seqlen:
-        raise ValueError(f"cache_size must be <= seqlen={seqlen}, got {cache_size}")
+    cache_size = check_int("cache_size", cache_size, minimum=1, maximum=seqlen, maximum_name="seqlen")
     batch = check_int("batch", batch, minimum=1)
     heads = check_int("heads", heads, minimum=1)
     rng = np.random.default_rng(check_int("seed", seed))

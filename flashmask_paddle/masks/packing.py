@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from ._args import check_int, check_lengths, column_mask, doc_bounds
+from ._args import check_int, check_lengths, check_pair, column_mask, doc_bounds
 from ._core import ColumnMask, picture  # noqa: F401  (picture: used by the doctests)
 
 __all__ = ["pack_documents", "from_segment_ids", "pack_share_question"]
@@ -128,8 +128,7 @@ def _share_question_row(name: str, groups) -> np.ndarray:
     """LTS of one row of share-question groups: question columns -> group end, answers -> own end."""
     pieces, offset = [], 0
     for g, group in enumerate(groups):
-        if not isinstance(group, (tuple, list)) or len(group) != 2:
-            raise ValueError(f"{name}[{g}] must be a (question_len, [answer_lens]) pair, got {group!r}")
+        check_pair(f"{name}[{g}]", group, "(question_len, [answer_lens])")
         question = check_int(f"{name}[{g}] question_len", group[0], minimum=1)
         answers = check_lengths(f"{name}[{g}] answer_lens", group[1], allow_empty=True)
         group_end = offset + question + int(answers.sum())
