@@ -54,6 +54,21 @@ class Case:
         return {"1": 1, "hk": self.heads_k, "hq": self.heads_q}[self.mask_heads]
 
 
+def form_shape_cases() -> list:
+    """Every (causal, C) form on every SHAPES entry, as pytest params with readable ids."""
+    import pytest
+
+    return [pytest.param(Case(b, sq, sk, hq, hk, d, causal=causal, columns=columns, mask_heads=hm),
+                         id=f"causal{int(causal)}_C{columns}-B{b}_Sq{sq}_Sk{sk}_Hq{hq}_Hk{hk}_Hm{hm}_D{d}")
+            for causal, columns in FORMS for b, sq, sk, hq, hk, hm, d in SHAPES]
+
+
+def dtype_sweep_case(rng, dtype: str, head_dim: int, mask_heads: str) -> Case:
+    """The dtype x head-dim sweeps' case: odd lengths (Sq 67, Sk 131), GQA 4:2, a random form."""
+    causal, columns = FORMS[int(rng.integers(len(FORMS)))]
+    return Case(1, 67, 131, 4, 2, head_dim, causal=causal, columns=columns, mask_heads=mask_heads, dtype=dtype)
+
+
 def draw_case(data, max_len: int = 150) -> tuple[Case, np.random.Generator]:
     """A hypothesis-drawn case over shapes, forms, GQA, Hm, dtype, masked rows and scale, plus the
     numpy generator for its values (seeded from hypothesis, so a failure replays)."""

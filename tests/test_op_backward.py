@@ -6,22 +6,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flashmask_op_cases import FORMS, SHAPES, Case, check_backward, draw_case
+from flashmask_op_cases import FORMS, Case, check_backward, draw_case, dtype_sweep_case, form_shape_cases
 
 
-@pytest.mark.parametrize("causal,columns", FORMS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_Sq{}_Sk{}_Hq{}_Hk{}_Hm{}_D{}".format(*s))
-def test_gradients_match_reference_for_every_form_and_shape(rng, causal, columns, shape):
-    b, sq, sk, hq, hk, hm, d = shape
-    check_backward(rng, Case(b, sq, sk, hq, hk, d, causal=causal, columns=columns, mask_heads=hm))
+@pytest.mark.parametrize("case", form_shape_cases())
+def test_gradients_match_reference_for_every_form_and_shape(rng, case):
+    check_backward(rng, case)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])
 def test_gradients_match_reference_for_every_dtype_and_head_dim(rng, dtype, head_dim):
-    causal, columns = FORMS[int(rng.integers(len(FORMS)))]
-    check_backward(rng, Case(1, 67, 131, 4, 2, head_dim, causal=causal, columns=columns,
-                             mask_heads="hq", dtype=dtype))
+    check_backward(rng, dtype_sweep_case(rng, dtype, head_dim, mask_heads="hq"))
 
 
 @pytest.mark.parametrize("heads_q,heads_k", [(4, 4), (4, 1), (8, 2)])

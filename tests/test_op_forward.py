@@ -7,23 +7,20 @@ import paddle
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flashmask_op_cases import FORMS, SHAPES, TOL, Case, check_forward, draw_case, make_inputs, reference, run_op
+from flashmask_op_cases import (FORMS, TOL, Case, check_forward, draw_case, dtype_sweep_case, form_shape_cases, make_inputs,
+                                reference, run_op)
 from flashmask_paddle import flashmask_attention
 
 
-@pytest.mark.parametrize("causal,columns", FORMS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_Sq{}_Sk{}_Hq{}_Hk{}_Hm{}_D{}".format(*s))
-def test_forward_matches_reference_for_every_form_and_shape(rng, causal, columns, shape):
-    b, sq, sk, hq, hk, hm, d = shape
-    check_forward(rng, Case(b, sq, sk, hq, hk, d, causal=causal, columns=columns, mask_heads=hm))
+@pytest.mark.parametrize("case", form_shape_cases())
+def test_forward_matches_reference_for_every_form_and_shape(rng, case):
+    check_forward(rng, case)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])
 def test_forward_matches_reference_for_every_dtype_and_head_dim(rng, dtype, head_dim):
-    causal, columns = FORMS[int(rng.integers(len(FORMS)))]
-    check_forward(rng, Case(1, 67, 131, 4, 2, head_dim, causal=causal, columns=columns,
-                            mask_heads="hk", dtype=dtype))
+    check_forward(rng, dtype_sweep_case(rng, dtype, head_dim, mask_heads="hk"))
 
 
 @settings(max_examples=25, deadline=None)
