@@ -1,0 +1,115 @@
+// The consumer warpgroups of the sm90 forward: for each key block of the query block's list,
+// S = Q K^T (wgmma, both operands in smem), the element mask on partial tiles only, the online
+// softmax in fp32, and O += P V with P straight from registers (wgmma RS). The list is ordered
+// partial-first (preprocess.cuh), so the mask is compiled into the first loop alone.
+#pragma once
+
+#include "fwd_epilogue.cuh"
+#include "fwd_layout.cuh"
+#include "fwd_params.cuh"
+#include "fwd_softmax.cuh"
+#include "fwd_traits.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <class Traits>
+__device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
+                                              typename Traits::SharedStorage& smem,
+                                              typename Traits::Pipeline& pipeline_k,
+                                              typename Traits::Pipeline& pipeline_v,
+                                              int32_t m_block, int32_t head_q, int32_t b,
+                                              int32_t slice, const int32_t* entries,
+                                              int32_t num_entries, int32_t num_partial) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using TileShapeQK = typename Traits::TileShapeQK;
+  using TileShapePV = typename Traits::TileShapePV;
+  const FwdParams& p = kp.p;
+  const int tidx = threadIdx.x - 128;  // 0 .. kConsumerThreads-1
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(tidx);
+  auto thr_pv = mma_pv.get_thread_slice(tidx);
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(TileShapeQK{})));
+
+  Tensor acc_o = partition_fragment_C(mma_pv, select<0, 1>(TileShapePV{}));
+  clear(acc_o);
+  constexpr int kRows = decltype(size<0>(acc_rowcol(acc_o.layout())))::value;
+  OnlineSoftmax<kRows> softmax(kp.scale_log2);
+
+  const int32_t row0 = m_block * Traits::kBlockM;
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  const bool has_columns = kp.lists.columns != nullptr;
+
+  // Intra-warpgroup overlap (FlashAttention-3): S_i = Q K_i^T and O += P_{i-1} V_{i-1} are issued
+  // together; the softmax of S_i runs while the PV wgmma is still in flight, and O is rescaled
+  // only after it retires. P_{i-1} lives in its own registers, so S_i can be overwritten meanwhile.
+  if (num_entries > 0) {
+    smem.barrier_q.wait(0);
+    typename Traits::PipelineState read;  // stage of K_i
+    typename Traits::PipelineState read_v;  // stage of V_{i-1}
+    float correction[kRows];
+    Tensor acc_s = partition_fragment_C(mma_qk, select<0, 1>(TileShapeQK{}));
+    // Masks partial tile i, whose column bounds sit in K stage `stage` (read before its release).
+    auto mask_if = [&](int32_t i, int stage, auto partial) {
+      if constexpr (decltype(partial)::value) {
+        const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
+        apply_element_mask(acc_s, tScS, row0, entry_n_block(entries[i]) * Traits::kBlockN,
+                           p.seqlen_k, columns, p.causal, causal_off);
+      }
+    };
+    // First block: S_0, softmax, P_0.
+    pipeline_k.consumer_wait(read);
+    wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), acc_s);
+    if (num_partial > 0) mask_if(0, read.index(), cute::true_type{});
+    pipeline_k.consumer_release(read);
+    softmax.step(acc_s, correction);
+    Tensor p_frag = convert_fragment<Element>(acc_s);
+    Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
+    read_v = read;
+    ++read;
+    auto visit = [&](int32_t i, auto partial) {
+      pipeline_k.consumer_wait(read);
+      wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), acc_s);
+      pipeline_v.consumer_wait(read_v);
+      wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+      warpgroup_wait<1>();  // S_i is ready (the older batch)
+      warpgroup_fence_operand(acc_s);
+      mask_if(i, read.index(), partial);
+      pipeline_k.consumer_release(read);
+      softmax.step(acc_s, correction);
+      warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
+      warpgroup_fence_operand(acc_o);
+      pipeline_v.consumer_release(read_v);
+      OnlineSoftmax<kRows>::rescale(acc_o, correction);
+      Tensor next = convert_fragment<Element>(acc_s);
+      CUTLASS_PRAGMA_UNROLL
+      for (int e = 0; e < size(p_frag); ++e) p_frag(e) = next(e);
+      read_v = read;
+      ++read;
+    };
+    int32_t i = 1;
+    for (; i < num_partial; ++i) visit(i, cute::true_type{});
+    for (; i < num_entries; ++i) visit(i, cute::false_type{});
+    // Last block's PV.
+    pipeline_v.consumer_wait(read_v);
+    wgmma</*zero*/ false, /*wait*/ 0, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+    pipeline_v.consumer_release(read_v);
+  }
+
+  float lse[kRows];
+  softmax.finish(acc_o, p.softmax_scale, lse);
+  store_output<Traits>(p, acc_o, thr_pv, lse, m_block, head_q, b, tidx);
+}
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,93 @@
+// Path selection and launch of the Hopper forward (fwd_sm90.h): device check, block lists built by
+// the shared preprocessing at this kernel's 128 x 128 tiles, then the (dtype, head dim) kernel.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../utils.cuh"
+#include "fwd_sm90.h"
+
+namespace flashmask {
+namespace {
+
+// 0: no override; 80 / 90: FLASHMASK_FORCE_PATH=sm80 / sm90.
+int forced_path() {
+  const char* v = std::getenv("FLASHMASK_FORCE_PATH");
+  if (v == nullptr || *v == '\0') return 0;
+  if (std::strcmp(v, "sm80") == 0) return 80;
+  if (std::strcmp(v, "sm90") == 0) return 90;
+  throw std::runtime_error(std::string("flashmask: FLASHMASK_FORCE_PATH must be sm80 or sm90, got '") + v + "'");
+}
+
+// Whether the current device is compute capability 9.0 and this build has its sm_90a kernels;
+// cached per device (the query costs a driver call).
+bool device_runs_sm90() {
+  constexpr int kMaxDevices = 64;
+  static signed char cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  FM_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kMaxDevices && cache[dev] != 0) return cache[dev] > 0;
+  int major = 0, minor = 0;
+  FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  bool ok = major == 9 && minor == 0;
+  if (ok) {
+    ok = sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() &&
+         sm90::fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
+         sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() &&
+         sm90::fwd_sm90_kernel_built<cutlass::half_t, 64>();
+  }
+  if (dev >= 0 && dev < kMaxDevices) cache[dev] = ok ? 1 : -1;
+  return ok;
+}
+
+}  // namespace
+
+int sm90::fwd_block_m(const FwdParams& p) {
+  const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
+  if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
+  if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
+  return p.mask_form.has_indices() ? 64 : 128;
+}
+
+bool fwd_sm90_selected(const FwdParams& p) {
+  const bool supported = (p.head_dim == 64 || p.head_dim == 128) && p.seqlen_k > 0 &&
+                         (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
+  // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (NOTES.md).
+  constexpr bool kDefaultOn = true;
+  const int forced = forced_path();
+  const bool wanted = forced == 90 || (forced == 0 && kDefaultOn);
+  const bool selected = wanted && supported && device_runs_sm90();
+  // FLASHMASK_LOG_PATH=1: say once per process which path the forward took (tests of the switch).
+  static bool logged = false;
+  if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
+    logged = true;
+    std::fprintf(stderr, "flashmask fwd path: %s (head_dim %d)\n", selected ? "sm90" : "sm80", p.head_dim);
+  }
+  return selected;
+}
+
+size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
+  const int m = sm90::fwd_block_m(p);
+  return fwd_block_lists_workspace_bytes(p, m, sm90::fwd_block_n(m));
+}
+
+void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
+  const int block_m = sm90::fwd_block_m(p);
+  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m), workspace, stream);
+  if (lists.num_m_blocks == 0) return;
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  if (p.head_dim == 128) {
+    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 128>(p, lists, block_m, stream)
+         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 128>(p, lists, block_m, stream);
+  } else if (p.head_dim == 64) {
+    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 64>(p, lists, block_m, stream)
+         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 64>(p, lists, block_m, stream);
+  } else {
+    throw std::runtime_error("flashmask run_fwd_sm90: head_dim must be 64 or 128, got " +
+                             std::to_string(p.head_dim));
+  }
+}
+
+}  // namespace flashmask

@@ -1,0 +1,23 @@
+// What the sm90 forward kernel receives (__grid_constant__): the TMA descriptors built from the
+// caller's strides, the problem (FwdParams) and the preprocessing's block lists.
+#pragma once
+
+#include "flashmask/params.h"
+#include "../preprocess.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <class Traits>
+struct FwdKernelParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  FwdParams p;
+  FwdBlockLists lists;
+  MaskSlices slices;
+  float scale_log2;  // softmax_scale * log2(e)
+};
+
+}  // namespace sm90
+}  // namespace flashmask

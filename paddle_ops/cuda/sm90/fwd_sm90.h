@@ -1,0 +1,40 @@
+// Entry of the Hopper (sm90a) forward for the launcher (fwd_launch.cu). The launcher calls
+// fwd_sm90_selected() and, when true, run_fwd_sm90() instead of the portable kernel; its workspace
+// is at most fwd_sm90_workspace_bytes(). Built only where CMake compiles the *_sm90.cu sources
+// (FLASHMASK_HAS_SM90=1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include <cutlass/numeric_types.h>
+
+#include "flashmask/params.h"
+#include "../preprocess.cuh"
+
+namespace flashmask {
+
+// True when this problem runs on the sm90 path: the current device has compute capability 9.0,
+// the sm_90a kernels are in this build, head_dim is 64 or 128 and Sk > 0 (other cases take the
+// portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90 turns it on.
+bool fwd_sm90_selected(const FwdParams& p);
+size_t fwd_sm90_workspace_bytes(const FwdParams& p);
+void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream);
+
+namespace sm90 {
+// Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention, 64 (one
+// warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh).
+// FLASHMASK_SM90_BLOCK_M=64|128 overrides (measurements). Key tile: fwd_block_n(block_m).
+int fwd_block_m(const FwdParams& p);
+constexpr int fwd_block_n(int block_m) { return block_m; }
+// One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
+// (block_m, fwd_block_n(block_m)).
+template <typename Element, int kHeadDim>
+void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+                         cudaStream_t stream);
+template <typename Element, int kHeadDim>
+bool fwd_sm90_kernel_built();
+}  // namespace sm90
+
+}  // namespace flashmask

@@ -1,0 +1,103 @@
+// Compile-time shape of the Hopper (sm90a) forward: tiles, warpgroups, shared-memory layouts, the
+// two wgmma tiled MMAs and the TMA copy types. One struct, read by the mainloop, the epilogue and
+// the launcher, so that they always agree.
+//
+// Two shapes (fwd_tile.h picks one per call):
+// - 128 x 128, two consumer warpgroups (64 rows each, the wgmma M), one CTA per SM: Q (32 KB at
+//   D=128) resident, K and V in kStages-deep TMA rings (2 x 32 KB each): 160 KB. Per consumer
+//   thread at D=128: S 64 + O 64 + P 32 registers, inside the 240 of setmaxnreg. Dense and causal.
+// - 64 x 64, one consumer warpgroup, two CTAs per SM (80 KB smem, 32768 registers each): for
+//   sparse index masks, whose short block lists leave a lone CTA idle in its prologue/epilogue.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/collective/builders/sm90_common.inl>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "flashmask/mask.h"
+
+namespace flashmask {
+namespace sm90 {
+
+using namespace cute;
+
+template <typename Element_, int kHeadDim_, int kBlockM_ = 128, int kBlockN_ = 128, int kStages_ = 2>
+struct FwdTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+
+  // Warpgroup 0 produces (TMA), warpgroups 1..kConsumerWGs consume (wgmma + softmax).
+  static constexpr int kConsumerWGs = kBlockM / 64;
+  static constexpr int kConsumerThreads = 128 * kConsumerWGs;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  // CTAs per SM and setmaxnreg budgets: 2 WGs: 24 x 128 + 240 x 256 = 64512 <= 65536 registers;
+  // 1 WG, two CTAs: (24 + 232) x 128 = 32768 per CTA.
+  static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumerWGs == 1 ? 232 : 240;
+
+  using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
+  using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V
+  using AtomLayout = Layout<Shape<Int<kConsumerWGs>, _1, _1>>;         // one 64-row atom per WG
+
+  // S = Q K^T: both operands from shared memory (K-major).
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeQK>(), AtomLayout{}));
+  // O += P V: P from registers (the S accumulator converted in place), V^T MN-major in smem.
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapePV, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      AtomLayout{}));
+
+  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemAtomKV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                              GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
+  using SmemLayoutKV = decltype(tile_to_shape(
+      SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // The V tile [kBlockN, kHeadDim] seen as V^T [kHeadDim, kBlockN]: same bytes, transposed view.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                          Step<_2, _1, _3>{})));
+
+  // Global tensors as TMA sees them: (seqlen, head_dim, heads, batch), head_dim contiguous.
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+                                      select<0, 2>(TileShapeQK{}), _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
+                                       select<1, 2>(TileShapeQK{}), _1{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = cutlass::PipelineState<kStages>;
+
+  struct SharedStorage {
+    // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    // Normalised bounds of the key columns of each K stage (partial tiles of index masks only).
+    cute::array_aligned<ColumnBounds, kBlockN * kStages, 16> columns;
+    typename Pipeline::SharedStorage pipeline_k;
+    typename Pipeline::SharedStorage pipeline_v;
+    cutlass::arch::ClusterTransactionBarrier barrier_q;
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+};
+
+}  // namespace sm90
+}  // namespace flashmask
