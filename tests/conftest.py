@@ -41,3 +41,9 @@ def seed():
 @pytest.fixture
 def rng(seed):
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="module")
+def tok_cache(tmp_path_factory):
+    """A SentencePiece cache directory per test module: recipe runs there train their tokenizer once."""
+    return str(tmp_path_factory.mktemp("tokenizers"))

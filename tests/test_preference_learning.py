@@ -29,7 +29,7 @@ from flashmask_paddle.train import dpo, rm  # noqa: E402
 from flashmask_paddle.train.config import load_config  # noqa: E402
 from flashmask_paddle.train.integration import flashmask_enabled  # noqa: E402
 
-from preference_testing import ATTENTION, RECIPES, tiny_overrides  # noqa: E402
+from recipe_testing import ATTENTION, RECIPES, tiny_overrides  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)  # ~10-20 s each; a hung DataLoader must not stall the suite
 
@@ -37,10 +37,10 @@ PAIRS, STEPS = 8, 30
 LOG2 = float(np.log(2))
 
 
-def _fixed_set_config(task, tmp_path):
+def _fixed_set_config(task, tok_cache, tmp_path):
     """The recipe on PAIRS pairs, all in one batch, for STEPS full-batch steps."""
     return load_config(os.path.join(RECIPES, f"{task}.yaml"), tiny_overrides(
-        task, str(tmp_path / "tokenizers"), tmp_path / "out", f"data.max_samples={PAIRS}",
+        task, tok_cache, tmp_path / "out", f"data.max_samples={PAIRS}",
         f"train.max_steps={STEPS}", "train.learning_rate=1e-3", "train.lr_scheduler_type=constant",
         f"train.per_device_train_batch_size={2 * PAIRS}", f"train.save_steps={10 * STEPS}"))
 
@@ -58,8 +58,8 @@ def _params(model):
     return {n: p.numpy().copy() for n, p in model.named_parameters()}
 
 
-def test_dpo_fits_a_fixed_set_of_pairs(tmp_path):
-    trainer, stats = dpo.build_trainer(_fixed_set_config("dpo", tmp_path))
+def test_dpo_fits_a_fixed_set_of_pairs(tok_cache, tmp_path):
+    trainer, stats = dpo.build_trainer(_fixed_set_config("dpo", tok_cache, tmp_path))
     assert stats.groups == PAIRS and len(trainer.train_dataset) <= 2 * PAIRS  # one batch = the whole set
     ref_before, policy_before = _params(trainer.ref_model), _params(trainer.model)
     logs = _train(trainer)
@@ -76,8 +76,8 @@ def test_dpo_fits_a_fixed_set_of_pairs(tmp_path):
     assert any(not np.array_equal(v, policy_before[n]) for n, v in _params(trainer.model).items())
 
 
-def test_reward_model_fits_a_fixed_set_of_pairs(tmp_path):
-    trainer, stats = rm.build_trainer(_fixed_set_config("rm", tmp_path))
+def test_reward_model_fits_a_fixed_set_of_pairs(tok_cache, tmp_path):
+    trainer, stats = rm.build_trainer(_fixed_set_config("rm", tok_cache, tmp_path))
     assert stats.groups == PAIRS
     logs = _train(trainer)
     loss = [h["loss"] for h in logs]

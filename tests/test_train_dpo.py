@@ -18,14 +18,14 @@ import pytest
 paddle = pytest.importorskip("paddle")
 pytest.importorskip("paddlenlp")
 
-from paddlenlp.transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from paddlenlp.transformers import LlamaForCausalLM  # noqa: E402
 
 from flashmask_paddle.train import dpo, preference as P  # noqa: E402
 from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
-from flashmask_paddle.train.integration import flashmask_enabled, prepare_model_config  # noqa: E402
+from flashmask_paddle.train.integration import flashmask_enabled  # noqa: E402
 
-from preference_testing import ATTENTION, KINDS, RECIPES, step_losses, tiny_overrides  # noqa: E402
+from recipe_testing import ATTENTION, KINDS, RECIPES, random_groups, step_losses, tiny_model, tiny_overrides  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,20 +33,12 @@ VOCAB, EOS = 97, 2
 
 
 def _tiny_llama(seed):
-    config = prepare_model_config(LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256))
-    paddle.seed(seed)
-    model = LlamaForCausalLM(config)
-    model.eval()
-    return model
+    return tiny_model(LlamaForCausalLM, VOCAB, seed)
 
 
 def _groups(rng, n):
     """n pairs with odd, unequal lengths (k = 2)."""
-    return [P.TokenizedGroup(tuple(rng.integers(3, VOCAB, rng.integers(2, 12)).tolist()),
-                             tuple(tuple(rng.integers(3, VOCAB, rng.integers(1, 9)).tolist()) for _ in range(2)))
-            for _ in range(n)]
+    return random_groups(rng, n, 2, VOCAB)
 
 
 def _tensors(batch):
@@ -219,11 +211,6 @@ def test_collate_dpo_matches_paddlenlp_preprocessing():
 
 
 # ------------------------------------------------------------------------------------------ recipe
-
-
-@pytest.fixture(scope="module")
-def tok_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tokenizers"))
 
 
 def _tiny(tok_cache, out, *more):

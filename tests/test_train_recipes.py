@@ -14,20 +14,11 @@ pytest.importorskip("paddlenlp")
 
 from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
-from flashmask_paddle.train.integration import op_available  # noqa: E402
 from flashmask_paddle.train.sft import read_jsonl  # noqa: E402
 
+from recipe_testing import ATTENTION, RECIPES, step_losses  # noqa: E402
+
 pytestmark = pytest.mark.timeout(180)
-
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
-
-
-ATTENTION = "flashmask" if op_available() else "dense"
-
-
-@pytest.fixture(scope="module")
-def tok_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tokenizers"))
 
 
 def _tiny(tok_cache, out, *more):
@@ -37,17 +28,13 @@ def _tiny(tok_cache, out, *more):
             f"train.output_dir={out}", *more]
 
 
-def _losses(summary):
-    return {h["global_step"]: h["loss"] for h in summary["log_history"] if "loss" in h}
-
-
 @pytest.mark.parametrize("name", ["sft", "lora"])
 def test_recipe_runs_two_steps_and_writes_model_and_summary(name, tmp_path, tok_cache):
     out = tmp_path / name
     summary = run_config(load_config(os.path.join(RECIPES, f"{name}.yaml"),
                                      _tiny(tok_cache, out, "train.max_steps=2", "train.save_steps=100")))
     assert summary["global_step"] == 2 and summary["task"] == name
-    losses = _losses(summary)
+    losses = step_losses(summary)
     assert sorted(losses) == [1, 2] and all(4.0 < v < 10.0 for v in losses.values())  # ~log(800) = 6.7 at init
     assert summary["tokens_per_sec"] > 0 and 0 < summary["mask_density"] < 0.5
     assert summary["packing"]["loss_tokens"] > 0
@@ -64,7 +51,7 @@ def test_resume_from_checkpoint_reproduces_the_next_steps_loss(tmp_path, tok_cac
     assert checkpoint.is_dir()
     resumed = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
                                                    f"train.resume={checkpoint}")))
-    a, b = _losses(first), _losses(resumed)
+    a, b = step_losses(first), step_losses(resumed)
     assert sorted(b) == [3]  # only the step after the checkpoint ran
     assert b[3] == pytest.approx(a[3], rel=1e-6)
 

@@ -18,15 +18,13 @@ import pytest
 paddle = pytest.importorskip("paddle")
 pytest.importorskip("paddlenlp")
 
-from paddlenlp.transformers import LlamaConfig  # noqa: E402
-
 from flashmask_paddle.train import preference as P  # noqa: E402
 from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
-from flashmask_paddle.train.integration import flashmask_enabled, prepare_model_config  # noqa: E402
+from flashmask_paddle.train.integration import flashmask_enabled  # noqa: E402
 from flashmask_paddle.train.rm import LlamaForRewardModel, pairwise_ranking_loss  # noqa: E402
 
-from preference_testing import ATTENTION, KINDS, RECIPES, step_losses, tiny_overrides  # noqa: E402
+from recipe_testing import ATTENTION, KINDS, RECIPES, random_groups, step_losses, tiny_model, tiny_overrides  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,19 +32,11 @@ VOCAB, EOS = 89, 2
 
 
 def _tiny_rm(seed):
-    config = prepare_model_config(LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2))
-    paddle.seed(seed)
-    model = LlamaForRewardModel(config)
-    model.eval()
-    return model
+    return tiny_model(LlamaForRewardModel, VOCAB, seed, initializer_range=0.2)
 
 
 def _groups(rng, n, k):
-    return [P.TokenizedGroup(tuple(rng.integers(3, VOCAB, rng.integers(2, 11)).tolist()),
-                             tuple(tuple(rng.integers(3, VOCAB, rng.integers(1, 8)).tolist()) for _ in range(k)))
-            for _ in range(n)]
+    return random_groups(rng, n, k, VOCAB, prompt_lens=(2, 11), answer_lens=(1, 8))
 
 
 def _pairwise_numpy(r):
@@ -157,11 +147,6 @@ def test_reward_model_saves_and_loads_with_its_head(tmp_path, seed):
 
 
 # ------------------------------------------------------------------------------------------ recipe
-
-
-@pytest.fixture(scope="module")
-def tok_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tokenizers"))
 
 
 def _tiny(tok_cache, out, *more):
