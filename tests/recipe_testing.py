@@ -1,7 +1,7 @@
 """Helpers shared by the recipe tests (SFT/LoRA, DPO, reward model); not a test module.
 
 Which attention kinds can run here, the tiny models and random preference groups of the
-equivalence tests, tiny recipe overrides, and the loss per step of a summary.
+equivalence tests, tiny recipe overrides, the loss per step of a summary, and the resume check.
 """
 from __future__ import annotations
 
@@ -54,3 +54,23 @@ def tiny_overrides(section: str, tok_cache: str, out, *more) -> list:
 def step_losses(summary) -> dict:
     """``{global_step: loss}`` from a run's summary."""
     return {h["global_step"]: h["loss"] for h in summary["log_history"] if "loss" in h}
+
+
+def check_resume_reproduces_the_next_step(task: str, overrides, tmp_path) -> None:
+    """Recipe ``task`` for 3 steps with a checkpoint at step 2, then again resumed from that
+    checkpoint: only step 3 runs, with the first run's step-3 loss (rel 1e-6).
+    ``overrides(output_dir, *more)`` gives the tiny recipe's overrides."""
+    import pytest
+
+    from flashmask_paddle.train.cli import run_config
+    from flashmask_paddle.train.config import load_config
+
+    recipe = os.path.join(RECIPES, f"{task}.yaml")
+    first = run_config(load_config(recipe, overrides(tmp_path / "a", "train.max_steps=3", "train.save_steps=2")))
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    assert checkpoint.is_dir()
+    resumed = run_config(load_config(recipe, overrides(tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
+                                                       f"train.resume={checkpoint}")))
+    a, b = step_losses(first), step_losses(resumed)
+    assert sorted(b) == [3] and a[3] != a[1]  # only the step after the checkpoint ran; training moved
+    assert b[3] == pytest.approx(a[3], rel=1e-6)

@@ -25,7 +25,8 @@ from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
 from flashmask_paddle.train.integration import flashmask_enabled  # noqa: E402
 
-from recipe_testing import ATTENTION, KINDS, RECIPES, random_groups, step_losses, tiny_model, tiny_overrides  # noqa: E402
+from recipe_testing import (ATTENTION, KINDS, RECIPES, check_resume_reproduces_the_next_step, random_groups,  # noqa: E402
+                            step_losses, tiny_model, tiny_overrides)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -239,15 +240,7 @@ def test_dpo_recipe_runs_two_steps(reference_free, tmp_path, tok_cache):
 
 
 def test_dpo_resume_reproduces_the_next_steps_loss(tmp_path, tok_cache):
-    recipe = os.path.join(RECIPES, "dpo.yaml")
-    first = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "a", "train.max_steps=3", "train.save_steps=2")))
-    checkpoint = tmp_path / "a" / "checkpoint-2"
-    assert checkpoint.is_dir()
-    resumed = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
-                                                   f"train.resume={checkpoint}")))
-    a, b = step_losses(first), step_losses(resumed)
-    assert sorted(b) == [3] and a[3] != a[1]
-    assert b[3] == pytest.approx(a[3], rel=1e-6)
+    check_resume_reproduces_the_next_step("dpo", lambda out, *more: _tiny(tok_cache, out, *more), tmp_path)
 
 
 def test_dpo_recipe_config_and_data_errors_are_clear(tmp_path, tok_cache):

@@ -16,7 +16,7 @@ from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
 from flashmask_paddle.train.sft import read_jsonl  # noqa: E402
 
-from recipe_testing import ATTENTION, RECIPES, step_losses  # noqa: E402
+from recipe_testing import ATTENTION, RECIPES, check_resume_reproduces_the_next_step, step_losses  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,15 +45,7 @@ def test_recipe_runs_two_steps_and_writes_model_and_summary(name, tmp_path, tok_
 
 
 def test_resume_from_checkpoint_reproduces_the_next_steps_loss(tmp_path, tok_cache):
-    recipe = os.path.join(RECIPES, "sft.yaml")
-    first = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "a", "train.max_steps=3", "train.save_steps=2")))
-    checkpoint = tmp_path / "a" / "checkpoint-2"
-    assert checkpoint.is_dir()
-    resumed = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
-                                                   f"train.resume={checkpoint}")))
-    a, b = step_losses(first), step_losses(resumed)
-    assert sorted(b) == [3]  # only the step after the checkpoint ran
-    assert b[3] == pytest.approx(a[3], rel=1e-6)
+    check_resume_reproduces_the_next_step("sft", lambda out, *more: _tiny(tok_cache, out, *more), tmp_path)
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tok_cache):

@@ -24,7 +24,8 @@ from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
 from flashmask_paddle.train.integration import flashmask_enabled  # noqa: E402
 from flashmask_paddle.train.rm import LlamaForRewardModel, pairwise_ranking_loss  # noqa: E402
 
-from recipe_testing import ATTENTION, KINDS, RECIPES, random_groups, step_losses, tiny_model, tiny_overrides  # noqa: E402
+from recipe_testing import (ATTENTION, KINDS, RECIPES, check_resume_reproduces_the_next_step, random_groups,  # noqa: E402
+                            step_losses, tiny_model, tiny_overrides)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -188,11 +189,4 @@ def test_rm_recipe_ranks_k_answers_from_a_ranked_file(tmp_path, tok_cache):
 
 
 def test_rm_resume_reproduces_the_next_steps_loss(tmp_path, tok_cache):
-    recipe = os.path.join(RECIPES, "rm.yaml")
-    first = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "a", "train.max_steps=3", "train.save_steps=2")))
-    checkpoint = tmp_path / "a" / "checkpoint-2"
-    resumed = run_config(load_config(recipe, _tiny(tok_cache, tmp_path / "b", "train.max_steps=3", "train.save_steps=2",
-                                                   f"train.resume={checkpoint}")))
-    a, b = step_losses(first), step_losses(resumed)
-    assert sorted(b) == [3] and a[3] != a[1]
-    assert b[3] == pytest.approx(a[3], rel=1e-6)
+    check_resume_reproduces_the_next_step("rm", lambda out, *more: _tiny(tok_cache, out, *more), tmp_path)
