@@ -23,6 +23,8 @@ GPU_DTYPES = ("float16", "bfloat16")
 
 
 class Dims(NamedTuple):
+    """Sizes read from query/key/value by :func:`check_qkv`."""
+
     batch: int
     seqlen_q: int
     seqlen_k: int
@@ -92,6 +94,7 @@ def check_indices_values(indices: np.ndarray, causal: bool, seqlen_q: int) -> No
 
 
 def check_dropout(dropout, training: bool) -> float:
+    """``dropout`` as a float in [0, 1); NotImplementedError when it would have to be applied."""
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
         raise TypeError(f"dropout must be a float in [0, 1), got {type(dropout).__name__}")
     if not 0.0 <= dropout < 1.0:

@@ -25,6 +25,7 @@ TASKS = {
 
 
 def get_runner(task: str):
+    """The runner function registered for ``task`` in :data:`TASKS` (its module imported now)."""
     if task not in TASKS:
         raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
     module, func = TASKS[task].split(":")
@@ -32,10 +33,12 @@ def get_runner(task: str):
 
 
 def run_config(cfg):
+    """Run a validated :class:`RecipeConfig` with its task's runner; returns the runner's summary."""
     return get_runner(cfg.task)(cfg)
 
 
 def main(argv=None) -> int:
+    """The ``flashmask-train`` command; returns the exit status (2 on a config error)."""
     parser = argparse.ArgumentParser(
         prog="flashmask-train",
         description="Train a recipe (sft, lora, dpo, rm) on PaddleNLP with packed rows and FlashMask attention.",

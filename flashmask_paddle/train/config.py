@@ -10,8 +10,6 @@ paths (``train.max_steps=2``); their values are parsed as YAML scalars (``true``
 Relative paths in the recipe (``data.train_file`` ...) are resolved against the current directory
 first and then against the recipe file's directory, so ``flashmask-train recipes/sft.yaml`` works from
 the repository root and from anywhere else.
-
-The pref recipes (DPO, RM) read ``dpo``/``rm`` sections; add fields there with small additive edits.
 """
 from __future__ import annotations
 
@@ -37,6 +35,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
+    """``model``: which model and tokenizer (a local directory, or a small random-init one)."""
+
     # A local directory with a PaddleNLP model (config.json + weights) and its tokenizer; None builds
     # a small randomly initialised model of `arch` from the sizes below (nothing is downloaded).
     model_name_or_path: Optional[str] = None
@@ -59,6 +59,8 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
+    """``data``: the training/eval files, prompt formatting, and packing into rows."""
+
     train_file: str = "recipes/data/gsm8k/train.jsonl"  # .jsonl or .jsonl.gz
     eval_file: Optional[str] = None
     prompt_key: str = "question"
@@ -74,6 +76,8 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
+    """``train``: the PaddleNLP trainer's settings (``sft.training_args``), output and resume."""
+
     output_dir: str = "runs/sft"
     max_steps: int = 100  # > 0 wins over num_train_epochs
     num_train_epochs: float = 1.0
@@ -95,6 +99,8 @@ class TrainConfig:
 
 @dataclass
 class LoraSection:
+    """``lora`` (task lora): adapter rank, scale, dropout and the parameter-name patterns it wraps."""
+
     r: int = 8
     lora_alpha: int = 16
     lora_dropout: float = 0.0
@@ -108,6 +114,8 @@ PREFERENCE_FORMATS = ("hh-rlhf", "ranked")  # see flashmask_paddle.train.prefere
 
 @dataclass
 class DPOSection:
+    """``dpo`` (task dpo): PaddleNLP DPOCriterion settings and the preference data format."""
+
     beta: float = 0.1
     reference_free: bool = False  # True: no reference model (log-ratios against 0)
     loss_type: str = field(default="sigmoid", metadata={"choices": (
@@ -121,6 +129,8 @@ class DPOSection:
 
 @dataclass
 class RMSection:
+    """``rm`` (task rm): answers per prompt and the preference data format."""
+
     num_answers: int = 2  # k answers per prompt, ranked best first; the data must have exactly k
     data_format: str = field(default="hh-rlhf", metadata={"choices": PREFERENCE_FORMATS})
     max_prompt_len: int = 256
@@ -128,6 +138,8 @@ class RMSection:
 
 @dataclass
 class RecipeConfig:
+    """A whole recipe: task, attention kind and the sections (see the module doc)."""
+
     task: str = field(default="sft", metadata={"choices": TASKS})
     # flashmask: our column-wise op; dense: the same mask materialised as an N x N matrix.
     attention: str = field(default="flashmask", metadata={"choices": ATTENTION_KINDS})
@@ -141,6 +153,7 @@ class RecipeConfig:
     recipe_path: Optional[str] = None
 
     def to_dict(self) -> dict:
+        """The whole config as plain nested dicts (for ``--print-config`` and ``summary.json``)."""
         return dataclasses.asdict(self)
 
 
@@ -150,6 +163,7 @@ _PATH_FIELDS = (("data", "train_file", True), ("data", "eval_file", True),
 
 
 def valid_keys(cls) -> list[str]:
+    """The keys a recipe may set in the section dataclass ``cls`` (listed in unknown-key errors)."""
     return [f.name for f in dataclasses.fields(cls) if f.name != "recipe_path"]
 
 

@@ -237,12 +237,13 @@ def tokenize_example(example: PreferenceExample, encode_prompt: Callable[[str], 
 def build_row(groups: Sequence[TokenizedGroup], max_length: int, eos_id: int, pad_id: int = 0) -> PackedRow:
     """Lay groups out back to back (layout in the module doc) and right-pad to ``max_length``."""
     if not groups:
-        raise ValueError("build_row needs at least one group")
+        raise ValueError("groups must hold at least one TokenizedGroup, got none")
     k = len(groups[0].answer_ids)
     ids, pos, labels, spans = [], [], [[] for _ in range(k)], []
-    for g in groups:
+    for n, g in enumerate(groups):
         if len(g.answer_ids) != k:
-            raise ValueError(f"every group of a row needs {k} answers, got {len(g.answer_ids)}")
+            raise ValueError(f"groups[{n}] must have {k} answers like groups[0] (one label row per rank), "
+                             f"got {len(g.answer_ids)}")
         start, shared = len(ids), g.shared_len
         ids += g.prompt_ids[:-1]
         pos += range(shared)

@@ -29,6 +29,7 @@ _FORMAT_VERSION = "1"  # bump when the training settings below change
 
 
 def default_cache_dir() -> str:
+    """Where trained tokenizers are cached when ``model.tokenizer_cache_dir`` is not set."""
     return os.path.join(os.path.expanduser("~"), ".cache", "flashmask_paddle", "tokenizers")
 
 
