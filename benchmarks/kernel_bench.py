@@ -433,6 +433,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "kernel_h200.json")
     p.add_argument("--png", type=Path, default=None, help="default: the --json path with .png")
+    p.add_argument("--append", action="store_true",
+                   help="add the rows to an existing --json (its meta keeps every command)")
     p.add_argument("--smoke", action="store_true", help="CPU plumbing check (fp32, tiny sizes advised)")
     return p.parse_args(argv)
 
@@ -502,9 +504,14 @@ def main(argv=None) -> int:
                         if not SMOKE:
                             torch.cuda.empty_cache()
     meta["wall_s"] = round(time.time() - t_start, 1)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    if args.append and args.json.is_file():
+        old = json.loads(args.json.read_text())
+        meta["command"] = old["meta"]["command"] + " ;; " + meta["command"]
+        meta["wall_s"] = round(old["meta"].get("wall_s", 0) + meta["wall_s"], 1)
+        rows = old["rows"] + rows
     print()
     print(table(rows))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     png = args.png or args.json.with_suffix(".png")
     try:

@@ -6,8 +6,8 @@
 2. The Paddle op's GPU source (flashmask_op_gpu.cc) and flashmask_op.cc against the installed
    paddle's headers with -DPADDLE_NO_PYTHON -DPADDLE_WITH_CUDA -DFLASHMASK_WITH_CUDA (syntax only).
 
-The CMake build lives in /tmp/flashmask_ci_build/<hash of the sources and options>: a rerun with
-unchanged sources is a no-op; ninja rebuilds only what changed otherwise. FLASHMASK_CI_JOBS sets
+The CMake build is cached under /tmp/flashmask_ci_build, keyed by the hash of the sources and
+options: a rerun with unchanged sources is a no-op; ninja rebuilds only what changed otherwise. FLASHMASK_CI_JOBS sets
 the parallelism (default: CPU count, at most 2 TUs at once to bound memory).
 """
 from __future__ import annotations
@@ -76,8 +76,14 @@ def _run(cmd, log, **kw):
 
 @pytest.fixture(scope="module")
 def cuda_library():
-    root = Path(os.environ.get("FLASHMASK_CI_BUILD_DIR", "/tmp/flashmask_ci_build")) / _build_key()
-    lib, stamp, build, log = root / "libflashmask.so", root / "ok", root / "build", root / "build.log"
+    """Builds (or reuses) the library. Results are keyed by the sources' content hash (a rerun on
+    unchanged sources is a no-op, also from another clone); the ninja build dir is keyed by the
+    checkout's path, so after an edit only the changed translation units recompile."""
+    cache = Path(os.environ.get("FLASHMASK_CI_BUILD_DIR", "/tmp/flashmask_ci_build"))
+    key = _build_key()
+    lib, stamp, commands = cache / f"libflashmask-{key}.so", cache / f"ok-{key}", cache / f"compile_commands-{key}.json"
+    build = cache / ("build-" + hashlib.sha256(str(OPS).encode()).hexdigest()[:12])
+    log = cache / f"build-{key}.log"
     if not stamp.is_file():
         build.mkdir(parents=True, exist_ok=True)
         jobs = os.environ.get("FLASHMASK_CI_JOBS") or str(min(2, os.cpu_count() or 1))
@@ -89,12 +95,13 @@ def cuda_library():
               "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DPython3_EXECUTABLE={sys.executable}"], log)
         _run(["cmake", "--build", build, "-j", jobs], log)
         shutil.copy2(build / "libflashmask.so", lib)
+        shutil.copy2(build / "compile_commands.json", commands)
         stamp.write_text(f"{time.time() - t0:.0f} s\n")
-    return {"lib": lib, "build": build, "seconds": stamp.read_text().strip()}
+    return {"lib": lib, "commands": commands, "seconds": stamp.read_text().strip()}
 
 
 def test_cuda_library_builds_for_sm80_and_sm90(cuda_library):
-    commands = json.loads((cuda_library["build"] / "compile_commands.json").read_text())
+    commands = json.loads(cuda_library["commands"].read_text())
     cu = [c for c in commands if c["file"].endswith(".cu")]
     assert len(cu) == len(_cuda_sources()), "every listed .cu file is compiled"
     for c in cu:

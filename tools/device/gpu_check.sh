@@ -7,7 +7,8 @@
 #   run(command="bash tools/device/gpu_check.sh --bench '--seqlens 8192 32768 --head-dims 128 --dtypes bf16'",
 #       carry=[".third_party"])
 # Options:
-#   --bench "ARGS"   also run benchmarks/kernel_bench.py ARGS (JSON + PNG to $OUT)
+#   --bench "ARGS"   also run benchmarks/kernel_bench.py ARGS (JSON + PNG to $OUT); several runs
+#                    into one JSON: "ARGS1 ;; ARGS2" (e.g. a core matrix, then a few extra rows)
 #   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
 #   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
 #   --lib PATH       use a libflashmask.so built elsewhere (e.g. here by tests/test_cuda_build.py for
@@ -100,8 +101,17 @@ if [ $RUN_SANITIZE = 1 ]; then
 fi
 
 if [ -n "$BENCH_ARGS" ]; then
-  step bench "$OUT/bench.log" python3 benchmarks/kernel_bench.py $BENCH_ARGS \
-    --json "$OUT/kernel_h200.json" --png "$OUT/kernel_h200.png"
+  rm -f "$OUT/kernel_h200.json"
+  bench_all() {
+    local rc=0 part
+    while IFS= read -r part; do
+      [ -z "${part// /}" ] && continue
+      python3 benchmarks/kernel_bench.py $part --append \
+        --json "$OUT/kernel_h200.json" --png "$OUT/kernel_h200.png" < /dev/null || rc=1
+    done < <(echo "$BENCH_ARGS" | sed 's/;;/\n/g')
+    return $rc
+  }
+  step bench "$OUT/bench.log" bench_all
   awk '/^impl /{buf=""; f=1} f{buf=buf $0 "\n"} END{printf "%s", buf}' "$OUT/bench.log" | head -n 150
 fi
 
