@@ -75,8 +75,15 @@ def attention_forward(q, k, v, visible, softmax_scale: float | None = None):
     return out, lse
 
 
-def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = None):
-    """Returns ``(dq, dk, dv)`` in float64; dk/dv summed over the query heads of each GQA group."""
+def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = None, out=None):
+    """Returns ``(dq, dk, dv)`` in float64; dk/dv summed over the query heads of each GQA group.
+
+    ``out``: the forward output to use in ``D = rowsum(dO * O)``. FlashAttention-style backward
+    kernels read the *saved, rounded* output there; passing it compares like with like, so a
+    low-precision test measures the kernel's arithmetic rather than the rounding of O (which,
+    amplified by ``softmax_scale * |K|``, can exceed fp16's few-ulp budget on its own).
+    Default: the exact output, i.e. ``D = rowsum(dP * P)``.
+    """
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     heads_q, heads_k = q.shape[2], k.shape[2]
     group = heads_q // heads_k
@@ -88,7 +95,11 @@ def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = Non
     do = dout.astype(np.float64)
     dv_full = np.einsum("bhij,bihd->bjhd", p, do)
     dp = np.einsum("bihd,bjhd->bhij", do, v64)
-    ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True)) * scale
+    if out is None:
+        rowsum = np.sum(dp * p, axis=-1, keepdims=True)
+    else:  # [B, Sq, Hq, D] -> [B, Hq, Sq, 1]
+        rowsum = np.einsum("bihd,bihd->bhi", do, np.asarray(out, dtype=np.float64))[..., None]
+    ds = p * (dp - rowsum) * scale
     dq = np.einsum("bhij,bjhd->bihd", ds, k64)
     dk_full = np.einsum("bhij,bihd->bjhd", ds, q.astype(np.float64))
 

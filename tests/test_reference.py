@@ -135,3 +135,15 @@ def test_backward_matches_finite_differences(hq, hk, hm):
         np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-8)
         assert np.isfinite(grad).all()
     assert (dq[0, 1, : hq // hm] == 0).all()
+
+
+def test_backward_with_exact_saved_output_equals_default():
+    """Passing the exact forward output as ``out`` is the same math as D = rowsum(dP * P)."""
+    rng = np.random.default_rng()
+    q, k, v, dout = (rng.standard_normal(s) for s in [(2, 9, 4, 8), (2, 11, 2, 8), (2, 11, 2, 8), (2, 9, 4, 8)])
+    idx = np.sort(rng.integers(0, 10, (2, 2, 11, 2)), axis=-1).astype(np.int32)
+    visible = reference.visible_pairs(idx, True, 9)
+    out, _ = reference.attention_forward(q, k, v, visible, 0.4)
+    for a, b in zip(reference.attention_backward(q, k, v, visible, dout, 0.4),
+                    reference.attention_backward(q, k, v, visible, dout, 0.4, out=out)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
