@@ -675,6 +675,9 @@ def make_report(torch, args, argv, shape, plan, impls, dtype, results, t_start) 
         "benchmark": "e2e_h200", "command": "python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
         "commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"),
+        # a prebuilt library may come from another commit than this script: say which
+        "flashmask_lib": os.environ.get("FLASHMASK_LIB"),
+        "flashmask_lib_commit": os.environ.get("FM_LIB_COMMIT"),
         "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
         "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""),
         "smoke": args.smoke, "shape": asdict(shape), "plan": asdict(plan),
