@@ -43,6 +43,12 @@ struct FwdTraits {
   static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumerWGs == 1 ? 232 : 240;
+  // setmaxnreg only moves registers inside what the CTA got at launch (the __launch_bounds__ cap,
+  // 65536 / (threads x CTAs per SM) rounded down to 8, per thread); asking for more makes the
+  // consumers' setmaxnreg.inc wait forever (seen: 32 / 240 with 384 threads hung).
+  static constexpr int kEntryRegs = (65536 / (kThreads * kMinBlocksPerSM)) / 8 * 8;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads,
+                "setmaxnreg budgets exceed the registers the CTA holds");
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V
