@@ -602,6 +602,7 @@ def parse_args(argv):
                    help="skip the remaining attentions once this many seconds have passed")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "e2e_h200.json")
     p.add_argument("--replot", type=Path, help="only redraw the PNG of this JSON")
+    p.add_argument("--no-plot", action="store_true", help="JSON only (redraw later with --replot)")
     return p.parse_args(argv)
 
 
@@ -661,10 +662,11 @@ def main(argv=None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1) + "\n")  # after every length: a run cut
         # short by a time limit keeps what it measured
-    plot(report, args.out.with_suffix(".png"))
+    if not args.no_plot:
+        plot(report, args.out.with_suffix(".png"))
     print(table(results))
     print("bar:", json.dumps(report["bar"]))
-    log(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    log(f"wrote {args.out}" + ("" if args.no_plot else f" and {args.out.with_suffix('.png')}"))
     return 0
 
 
