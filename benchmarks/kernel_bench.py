@@ -417,6 +417,26 @@ def _commit() -> str:
         return "unknown"
 
 
+_PREVIOUS = None  # the --append file's content as found at start
+
+
+def _write_json(args, meta, rows, wall_s):
+    """Writes (or rewrites) --json with this run's rows, after those of the file found at start
+    when --append; returns every row."""
+    global _PREVIOUS
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    if _PREVIOUS is None:
+        _PREVIOUS = (json.loads(args.json.read_text()) if args.append and args.json.is_file()
+                     else {"meta": {}, "rows": []})
+    out_meta = dict(meta, wall_s=round(wall_s, 1))
+    if _PREVIOUS["meta"]:
+        out_meta["command"] = _PREVIOUS["meta"]["command"] + " ;; " + meta["command"]
+        out_meta["wall_s"] = round(_PREVIOUS["meta"].get("wall_s", 0) + wall_s, 1)
+    every = _PREVIOUS["rows"] + rows
+    args.json.write_text(json.dumps({"meta": out_meta, "rows": every}, indent=1))
+    return every
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -500,25 +520,19 @@ def main(argv=None) -> int:
                             for r in rows[-len(impls):]:
                                 if r["impl"] == "flashmask":
                                     r["rel_err_vs_flex"] = round(err, 5)
+                        _write_json(args, meta, rows, time.time() - t_start)  # partial results survive a timeout
                         del case, outputs
                         if not SMOKE:
                             torch.cuda.empty_cache()
-    meta["wall_s"] = round(time.time() - t_start, 1)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    if args.append and args.json.is_file():
-        old = json.loads(args.json.read_text())
-        meta["command"] = old["meta"]["command"] + " ;; " + meta["command"]
-        meta["wall_s"] = round(old["meta"].get("wall_s", 0) + meta["wall_s"], 1)
-        rows = old["rows"] + rows
+    rows = _write_json(args, meta, rows, time.time() - t_start)
     print()
     print(table(rows))
-    args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     png = args.png or args.json.with_suffix(".png")
     try:
         plot(rows, png)
     except Exception as e:  # the JSON is what matters; say why the chart is missing
         print(f"kernel_bench: chart not written: {e}", file=sys.stderr)
-    print(f"wrote {args.json} and {png} ({meta['wall_s']} s)")
+    print(f"wrote {args.json} and {png} ({time.time() - t_start:.1f} s)")
     return 0
 
 
