@@ -432,7 +432,9 @@ def make_batches(torch, shape, plan, seqlen, lengths, device, dtype):
 
 
 def run_seqlen(torch, shape, plan, seqlen, lengths, device, dtype, impls, model, init_state,
-               deadline, log):
+               deadline, log, save):
+    """Runs every attention at one length; `save(result)` after each, so a run killed by a time
+    limit still leaves what it measured on disk."""
     batches = make_batches(torch, shape, plan, seqlen, lengths, device, dtype)
     rows = batches[0]["seg_id"].shape[0]
     real = statistics.mean(b["real_tokens"] for b in batches)
@@ -489,13 +491,18 @@ def run_seqlen(torch, shape, plan, seqlen, lengths, device, dtype, impls, model,
             log(f"  {seqlen}: {impl.name} FAILED: {type(exc).__name__}: {exc}")
             opt = masks = None
         reset_peak(torch)
+        add_speedups(result)
+        save(result)
+    return result
+
+
+def add_speedups(result):
     fm = result["impls"].get("flashmask", {})
     for other in ("dense", "flex"):
         o = result["impls"].get(other, {})
         if "step_s" in fm and "step_s" in o:
             result[f"speedup_vs_{other}"] = o["step_s"] / fm["step_s"]
             result[f"attn_speedup_vs_{other}"] = o["attn_fwd_bwd_s"] / fm["attn_fwd_bwd_s"]
-    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -656,12 +663,14 @@ def main(argv=None) -> int:
     results = []
     for seqlen in plan.seqlens:
         log(f"S={seqlen}: {max(1, plan.tokens_per_step // seqlen)} rows")
+        def save(partial):
+            report = make_report(torch, args, argv, shape, plan, impls, dtype, results + [partial],
+                                 t_start)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
         results.append(run_seqlen(torch, shape, plan, seqlen, lengths, device, dtype, impls, model,
-                                  init_state, deadline, log))
-        report = make_report(torch, args, argv, shape, plan, impls, dtype, results, t_start)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")  # after every length: a run cut
-        # short by a time limit keeps what it measured
+                                  init_state, deadline, log, save))
+    report = make_report(torch, args, argv, shape, plan, impls, dtype, results, t_start)
     if not args.no_plot:
         plot(report, args.out.with_suffix(".png"))
     print(table(results))
