@@ -514,13 +514,13 @@ def main(argv=None) -> int:
                                     row[f"{phase}_tflops"] = round(factor * flops / (row[f"{phase}_ms"] * 1e-3) / 1e12, 1)
                             rows.append(row)
                             print(table([row]).splitlines()[-1], flush=True)
+                            _write_json(args, meta, rows, time.time() - t_start)  # survives a timeout
                         if "flashmask" in outputs and "flex" in outputs:
                             a, b = outputs["flashmask"].float(), outputs["flex"].float()
                             err = float((a - b).norm() / b.norm().clamp_min(1e-30))
                             for r in rows[-len(impls):]:
                                 if r["impl"] == "flashmask":
                                     r["rel_err_vs_flex"] = round(err, 5)
-                        _write_json(args, meta, rows, time.time() - t_start)  # partial results survive a timeout
                         del case, outputs
                         if not SMOKE:
                             torch.cuda.empty_cache()
