@@ -106,6 +106,7 @@ def from_segment_ids(segment_ids, *, causal: bool = True, pad_id: int | None = N
     if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"segment_ids must be an int array [batch, seqlen], got shape "
                          f"{tuple(ids.shape)} and dtype {ids.dtype}")
+    ids = ids.astype(np.int64)  # room for the padding sentinel below, whatever int width came in
     if pad_id is not None and not isinstance(pad_id, numbers.Integral):
         raise TypeError(f"pad_id must be an int or None, got {pad_id!r}")
     batch, seqlen = ids.shape
