@@ -91,6 +91,11 @@ def op_extension():
         cuda_sources.append(gpu_op)
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DFLASHMASK_WITH_CUDA",
             "-DPADDLE_NO_PYTHON"] + gencode
+    # Paddle's CUDAExtension gives every .cu the same flags, so the *_sm90.cu (wgmma/TMA) sources
+    # are also compiled for sm_80, where their kernels are empty; the launcher checks at run time
+    # that sm_90a code exists before dispatching (CMake compiles them for sm_90a alone instead).
+    if "arch=compute_90a,code=sm_90a" in gencode:
+        nvcc.append("-DFLASHMASK_HAS_SM90=1")
     return CUDAExtension(name=OP_EXTENSION, sources=sources + cuda_sources,
                          include_dirs=include_dirs + _cutlass_include(), depends=header_dependencies(),
                          extra_compile_args={"cxx": cxx + ["-DFLASHMASK_WITH_CUDA"], "nvcc": nvcc},
