@@ -415,7 +415,9 @@ def make_batches(torch, shape, plan, seqlen, lengths, device, dtype):
     for _ in range(plan.batches):
         packed, pad = pack_rows(lengths, seqlen, rows, rng)
         seg_id, pos, valid = segment_arrays(packed, pad, seqlen)
-        column_mask = masks.from_segment_ids(seg_id, causal=True)  # [B, 1, S, 1] int32
+        # int64 ids: from_segment_ids marks padding with int64's minimum, which an int32 array
+        # cannot hold under numpy 2's scalar rules (the H200 has numpy 2.5)
+        column_mask = masks.from_segment_ids(seg_id.astype(np.int64), causal=True)  # [B,1,S,1]
         ids = torch.from_numpy(rng.integers(0, shape.vocab, (rows, seqlen))).to(device)
         labels = torch.from_numpy(np.where(valid, rng.integers(0, shape.vocab, (rows, seqlen)),
                                            -100)).to(device)
