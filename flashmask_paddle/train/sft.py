@@ -207,20 +207,26 @@ def train_and_summarize(cfg: RecipeConfig, build_trainer, task_fields=None) -> d
     # Fresh optimizer-state names (embedding_0.w_0_moment1_0, ...) whatever ran before in this
     # process, so a checkpoint written here resumes in any process (see modeling.build_model).
     with flashmask_enabled(cfg.attention), paddle.utils.unique_name.guard():
-        trainer.train(resume_from_checkpoint=resume)
+        train_output = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(cfg.train.output_dir)
         eval_metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
     wall = time.perf_counter() - t0
     extra = task_fields(trainer, eval_metrics) if task_fields is not None else {}
+    # The mean over every step, also when the run ends before its first logging step.
+    mean_loss = float(train_output.training_loss)
     summary = summarize(trainer, stats, wall, {"task": cfg.task, "attention": cfg.attention,
+                                               "mean_train_loss": mean_loss,
                                                "eval_loss": eval_metrics.get("eval_loss"), **extra,
                                                "resumed_from": resume, "config": cfg.to_dict()})
     with open(os.path.join(cfg.train.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, default=str)
     shown = "".join(f", {key.replace('_', ' ')} {value}" for key, value in extra.items())
-    print(f"[flashmask-train] {cfg.task} done: {summary['global_step']} steps in {wall:.1f} s, final loss "
-          f"{summary['final_loss']}{shown}, eval loss {summary['eval_loss']}, {summary['tokens_per_sec']} "
-          f"tokens/s, mask density {summary['mask_density']}", flush=True)
+    logged = ("no logging step reached (train.logging_steps="
+              f"{cfg.train.logging_steps})" if summary["final_loss"] is None else
+              f"last logged loss {summary['final_loss']}, {summary['tokens_per_sec']} tokens/s, "
+              f"mask density {summary['mask_density']}")
+    print(f"[flashmask-train] {cfg.task} done: {summary['global_step']} steps in {wall:.1f} s, mean train "
+          f"loss {mean_loss:.4f}{shown}, eval loss {summary['eval_loss']}; {logged}", flush=True)
     return summary
 
 
