@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "fm_args_params.h"
 #include "flashmask/launch.h"
-#include "flashmask/params.h"
 
 namespace {
 
@@ -23,14 +23,8 @@ void require(bool ok, const std::string& what) {
 }
 
 // `need_data`: false for workspace-size queries, which may come before the outputs exist.
-flashmask::TensorView view_of(const fm_tensor& t, const char* name, bool need_data) {
+void require_data(const fm_tensor& t, const char* name, bool need_data) {
   require(!need_data || t.data != nullptr, std::string(name) + ".data is NULL");
-  flashmask::TensorView v;
-  v.data = t.data;
-  v.batch_stride = t.batch_stride;
-  v.row_stride = t.row_stride;
-  v.head_stride = t.head_stride;
-  return v;
 }
 
 // Shape/form checks that need no tensor data; the bound values are validated by the callers
@@ -60,38 +54,21 @@ void check_shapes(const fm_args& a) {
 flashmask::FwdParams fwd_params(const fm_args* a, bool need_data = true) {
   require(a != nullptr, "args is NULL");
   check_shapes(*a);
-  flashmask::FwdParams p;
-  p.dtype = static_cast<flashmask::DType>(a->dtype);
-  p.batch = a->batch;
-  p.seqlen_q = a->seqlen_q;
-  p.seqlen_k = a->seqlen_k;
-  p.heads_q = a->heads_q;
-  p.heads_k = a->heads_k;
-  p.head_dim = a->head_dim;
-  p.softmax_scale = a->softmax_scale;
-  p.causal = a->causal != 0;
-  p.q = view_of(a->q, "q", need_data);
-  p.k = view_of(a->k, "k", need_data);
-  p.v = view_of(a->v, "v", need_data);
-  p.out = view_of(a->out, "out", need_data);
+  require_data(a->q, "q", need_data);
+  require_data(a->k, "k", need_data);
+  require_data(a->v, "v", need_data);
+  require_data(a->out, "out", need_data);
   require(!need_data || a->lse != nullptr, "lse is NULL (the forward always writes the LSE)");
-  p.lse = a->lse;
-  p.startend_row_indices = a->startend_row_indices;
-  p.mask_heads = a->startend_row_indices ? a->mask_heads : 0;
-  p.mask_form.num_cols = a->startend_row_indices ? a->mask_cols : 0;
-  p.mask_form.causal = p.causal;
-  return p;
+  return flashmask::fwd_params_of(*a);
 }
 
 flashmask::BwdParams bwd_params(const fm_args* a, bool need_data = true) {
-  flashmask::BwdParams p;
-  static_cast<flashmask::FwdParams&>(p) = fwd_params(a, need_data);
-  p.dout = view_of(a->dout, "dout", need_data);
-  p.dq = view_of(a->dq, "dq", need_data);
-  p.dk = view_of(a->dk, "dk", need_data);
-  p.dv = view_of(a->dv, "dv", need_data);
-  p.deterministic = a->deterministic != 0;
-  return p;
+  fwd_params(a, need_data);  // the forward's checks
+  require_data(a->dout, "dout", need_data);
+  require_data(a->dq, "dq", need_data);
+  require_data(a->dk, "dk", need_data);
+  require_data(a->dv, "dv", need_data);
+  return flashmask::bwd_params_of(*a);
 }
 
 // Runs `body`, mapping exceptions to codes: 1 bad argument, 2 runtime/CUDA error, 3 anything else.

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "../../capi/flashmask_capi.h"
+#include "../../capi/fm_args_params.h"
 #include "flashmask/launch.h"
 
 #if defined(FM_FWD_VARIANT)
@@ -14,30 +14,7 @@
 namespace {
 thread_local std::string g_error;
 
-flashmask::TensorView view(const fm_tensor& t) {
-  flashmask::TensorView v;
-  v.data = t.data;
-  v.batch_stride = t.batch_stride;
-  v.row_stride = t.row_stride;
-  v.head_stride = t.head_stride;
-  return v;
-}
-
-flashmask::FwdParams params_of(const fm_args* a) {
-  flashmask::FwdParams p;
-  p.dtype = static_cast<flashmask::DType>(a->dtype);
-  p.batch = a->batch; p.seqlen_q = a->seqlen_q; p.seqlen_k = a->seqlen_k;
-  p.heads_q = a->heads_q; p.heads_k = a->heads_k; p.head_dim = a->head_dim;
-  p.softmax_scale = a->softmax_scale;
-  p.causal = a->causal != 0;
-  p.q = view(a->q); p.k = view(a->k); p.v = view(a->v); p.out = view(a->out);
-  p.lse = a->lse;
-  p.startend_row_indices = a->startend_row_indices;
-  p.mask_heads = a->startend_row_indices ? a->mask_heads : 0;
-  p.mask_form.num_cols = a->startend_row_indices ? a->mask_cols : 0;
-  p.mask_form.causal = p.causal;
-  return p;
-}
+flashmask::FwdParams params_of(const fm_args* a) { return flashmask::fwd_params_of(*a); }
 }  // namespace
 
 #if !defined(FM_FWD_VARIANT)
