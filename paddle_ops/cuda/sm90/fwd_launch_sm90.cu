@@ -7,39 +7,20 @@
 
 #include "../utils.cuh"
 #include "fwd_sm90.h"
+#include "path_sm90.h"
 
 namespace flashmask {
 namespace {
 
-// 0: no override; 80 / 90: FLASHMASK_FORCE_PATH=sm80 / sm90.
-int forced_path() {
-  const char* v = std::getenv("FLASHMASK_FORCE_PATH");
-  if (v == nullptr || *v == '\0') return 0;
-  if (std::strcmp(v, "sm80") == 0) return 80;
-  if (std::strcmp(v, "sm90") == 0) return 90;
-  throw std::runtime_error(std::string("flashmask: FLASHMASK_FORCE_PATH must be sm80 or sm90, got '") + v + "'");
-}
-
-// Whether the current device is compute capability 9.0 and this build has its sm_90a kernels;
-// cached per device (the query costs a driver call).
+// Whether the current device is compute capability 9.0 and this build has its sm_90a forward
+// kernels (checked once, on the first sm90 device asked).
 bool device_runs_sm90() {
-  constexpr int kMaxDevices = 64;
-  static signed char cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
-  int dev = 0;
-  FM_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < kMaxDevices && cache[dev] != 0) return cache[dev] > 0;
-  int major = 0, minor = 0;
-  FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  bool ok = major == 9 && minor == 0;
-  if (ok) {
-    ok = sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() &&
-         sm90::fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-         sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() &&
-         sm90::fwd_sm90_kernel_built<cutlass::half_t, 64>();
-  }
-  if (dev >= 0 && dev < kMaxDevices) cache[dev] = ok ? 1 : -1;
-  return ok;
+  if (!sm90::device_is_sm90()) return false;
+  static const bool built = sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() &&
+                            sm90::fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
+                            sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() &&
+                            sm90::fwd_sm90_kernel_built<cutlass::half_t, 64>();
+  return built;
 }
 
 }  // namespace
@@ -56,7 +37,7 @@ bool fwd_sm90_selected(const FwdParams& p) {
                          (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
   // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (NOTES.md).
   constexpr bool kDefaultOn = true;
-  const int forced = forced_path();
+  const int forced = sm90::forced_path();
   const bool wanted = forced == 90 || (forced == 0 && kDefaultOn);
   const bool selected = wanted && supported && device_runs_sm90();
   // FLASHMASK_LOG_PATH=1: say once per process which path the forward took (tests of the switch).

@@ -1,0 +1,37 @@
+// Device check and FLASHMASK_FORCE_PATH parsing for the sm90 dispatchers (path_sm90.h).
+#include "path_sm90.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "../utils.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+int forced_path() {
+  const char* v = std::getenv("FLASHMASK_FORCE_PATH");
+  if (v == nullptr || *v == '\0') return 0;
+  if (std::strcmp(v, "sm80") == 0) return 80;
+  if (std::strcmp(v, "sm90") == 0) return 90;
+  throw std::runtime_error(std::string("flashmask: FLASHMASK_FORCE_PATH must be sm80 or sm90, got '") + v + "'");
+}
+
+bool device_is_sm90() {
+  constexpr int kMaxDevices = 64;
+  static signed char cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  FM_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kMaxDevices && cache[dev] != 0) return cache[dev] > 0;
+  int major = 0, minor = 0;
+  FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool ok = major == 9 && minor == 0;
+  if (dev >= 0 && dev < kMaxDevices) cache[dev] = ok ? 1 : -1;
+  return ok;
+}
+
+}  // namespace sm90
+}  // namespace flashmask
