@@ -8,6 +8,9 @@
 #include "flashmask/launch.h"
 #include "utils.cuh"
 #include "bwd_workspace.h"
+#if FLASHMASK_HAS_SM90
+#include "sm90/bwd_sm90.h"  // Hopper path (sm90a), chosen per call by bwd_sm90_selected
+#endif
 
 namespace flashmask {
 namespace bwd {
@@ -72,6 +75,9 @@ void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream)
   bwd::require(workspace != nullptr, "workspace must hold bwd_workspace_bytes_cuda(params) bytes");
   bwd::Workspace ws;
   bwd::carve_workspace(params, workspace, &ws);
+#if FLASHMASK_HAS_SM90
+  if (bwd_sm90_selected(params)) return run_bwd_sm90(params, ws, stream);
+#endif
   switch (params.head_dim) {
     case 64: bwd::run_bwd_hdim<64>(params, ws, stream); break;
     case 128: bwd::run_bwd_hdim<128>(params, ws, stream); break;

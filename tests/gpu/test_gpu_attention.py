@@ -134,3 +134,13 @@ def test_causal_with_more_queries_than_keys_masks_leading_rows():
 
 def test_softmax_scale_is_honoured():
     check(fuzzed_case((True, 2), seed_offset=13, seqlen_q=190, softmax_scale=0.37))
+
+
+@pytest.mark.parametrize("path", ["sm80", "sm90"])
+@pytest.mark.parametrize("form", FORMS, ids=form_id)
+def test_forced_kernel_path_matches_reference(form, path, monkeypatch):
+    """FLASHMASK_FORCE_PATH picks the portable or the Hopper kernels. Hopper is the default on an
+    sm90 device, so this keeps the portable kernels tested there too (elsewhere both run sm80)."""
+    monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
+    check(fuzzed_case(form, seed_offset=31, seqlen_q=300, seqlen_k=257, heads_q=4, heads_k=2, mask_heads=2,
+                      dtype="fp16"))

@@ -1,0 +1,38 @@
+// Which query blocks a backward key block must visit, shared by the portable dK/dV kernels and the
+// Hopper backward (sm90/bwd_tiles.cuh): the key block's BlockBounds, its mask slice, and the query
+// block range clipped by causality and by intervals that cover whole row ranges.
+#pragma once
+
+#include "flashmask/block.h"
+#include "flashmask/params.h"
+#include "bwd_workspace.h"
+
+namespace flashmask {
+namespace bwd {
+
+// BlockBounds of key block `n_block` as seen by query head `head_q` of batch `b`.
+__device__ __forceinline__ BlockBounds key_block_bounds(const BwdParams& p, const Workspace& ws, int b,
+                                                        int head_q, int n_block) {
+  return ws.bounds[int64_t(ws.slices.index(p, b, head_q)) * ws.n_blocks + n_block];
+}
+
+// This head's [Sk, C] slice of startend_row_indices, or nullptr when the call has none.
+__device__ __forceinline__ const int32_t* mask_slice_or_null(const BwdParams& p, int b, int head_q) {
+  return p.mask_form.has_indices() ? p.mask_slice(b, head_q) : nullptr;
+}
+
+// The query blocks [m_begin, m_end) that can see key block [n0, n_end): clipped by causality and by
+// intervals that cover whole row ranges of every column of the block. Tiles inside the range may
+// still be fully masked (e.g. other documents); classify_tile skips those.
+__device__ __forceinline__ int2 query_block_range(const BlockBounds& bb, int n0, int seqlen_q, bool causal,
+                                                  int causal_off, int block_m) {
+  int row_begin = 0, row_end = seqlen_q;
+  if (causal) row_begin = max(row_begin, n0 - causal_off);
+  if (bb.uts_max <= 0) row_begin = max(row_begin, bb.ute_min);  // rows < ute masked in every column
+  if (bb.lte_min >= seqlen_q) row_end = min(row_end, bb.lts_max);  // rows >= lts masked in every column
+  if (row_begin >= row_end) return make_int2(0, 0);
+  return make_int2(row_begin / block_m, (row_end + block_m - 1) / block_m);
+}
+
+}  // namespace bwd
+}  // namespace flashmask

@@ -1,0 +1,197 @@
+// A consumer warpgroup of the sm90 backward: owns 64 keys of the CTA's key block (bwd_traits.cuh)
+// and, per visited tile, computes S^T and dP^T (SS wgmma), P^T and dS^T in fp32 registers (element
+// mask on partial tiles only), accumulates dV and dK with P^T / dS^T straight from registers (RS
+// wgmma), and adds its half of dQ = dS K into the fp32 workspace after exchanging dS with the other
+// warpgroup through shared memory. dK, dV leave at the end, once per CTA (bwd_epilogue.cuh).
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+
+#include "flashmask/mask.h"
+#include "../utils.cuh"
+#include "bwd_epilogue.cuh"
+#include "bwd_params.cuh"
+#include "bwd_tiles.cuh"
+#include "bwd_traits.cuh"
+#include "fwd_layout.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+// Named barrier of the two consumer warpgroups: both halves of dS are in shared memory.
+constexpr uint32_t kBarrierDsReady = 1;
+
+// Where value i of a consumer thread's dQ accumulator lives in the dq_accum tile of its query
+// block: each warpgroup owns a contiguous half, in thread order (4 consecutive floats per thread),
+// so each float4 atomic of a warp covers one 512-byte span. bwd_convert_dq.cuh reads it back.
+template <class Traits>
+__device__ __forceinline__ int dq_accum_offset(int wg, int tidx, int i) {
+  return wg * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
+}
+
+template <class Traits>
+__device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>& kp,
+                                                  typename Traits::SharedStorage& smem,
+                                                  typename Traits::Pipeline& pipeline_q,
+                                                  typename Traits::Pipeline& pipeline_do, int32_t n_block,
+                                                  int32_t head_k, int32_t b) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kD = Traits::kHeadDim;
+  constexpr int kWGKeys = Traits::kWGKeys;
+  const BwdParams& p = kp.p;
+  const bwd::Workspace& ws = kp.ws;
+  const int wg = threadIdx.x / 128 - 1;  // consumer warpgroup 0 or 1
+  const int tidx = threadIdx.x % 128;
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tidx);
+  auto thr_dkv = mma_dkv.get_thread_slice(tidx);
+  auto thr_dq = mma_dq.get_thread_slice(tidx);
+
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutK{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
+  // This warpgroup's keys, and its dQ columns of K^T.
+  Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(wg, _0{}));
+  Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(wg, _0{}));
+  Tensor sKtw = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(wg, _0{}));
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(sKw);
+  Tensor tSrV = thr_sdp.partition_fragment_A(sVw);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, MMA_N, MMA_K, stage)
+  Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffer)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKtw);
+  // (key, query) of each S^T / dP^T accumulator value, tile-local.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
+  Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(coord))::value;  // keys held by this thread
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kD>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kD>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  const int32_t key0 = n_block * kBlockN + wg * kWGKeys;  // first key of this warpgroup
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  // This thread's keys' column bounds, reloaded when the head's mask slice changes. Keys >= Sk
+  // mask every row.
+  ColumnBounds columns[kRows];
+  const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
+
+  typename Traits::PipelineState read;
+  int ds_buffer = 0;
+  bool kv_ready = false;
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool masked) {
+    if (!kv_ready) {
+      smem.barrier_kv.wait(0);
+      kv_ready = true;
+    }
+    const int32_t* slice = bwd::mask_slice_or_null(p, b, head_q);
+    if (slice != loaded_slice) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRows; ++i) {
+        const int32_t key = key0 + get<0>(coord(i, 0));
+        columns[i] = key < p.seqlen_k ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
+                                      : ColumnBounds{0, INT32_MAX, 0, 0};
+      }
+      loaded_slice = slice;
+    }
+    const int stage = read.index();
+
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
+    pipeline_q.consumer_wait(read);
+    wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
+    pipeline_do.consumer_wait(read);
+    wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
+
+    // P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T is still in flight. LSE_log2 is +inf on
+    // fully masked and padding rows, so P is exactly 0 there.
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc_s);
+    Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+    const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
+    const int32_t row0 = m * kBlockM;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size<1>(s); ++j) {
+      const int32_t q = get<1>(coord(0, j));
+      const float lse = lse_log2[q];
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRows; ++i) {
+        const float prob = exp2_approx(s(i, j) * kp.scale_log2 - lse);
+        const bool hidden = masked && is_masked(row0 + q, key0 + get<0>(coord(i, 0)), columns[i], p.causal,
+                                                causal_off);
+        s(i, j) = hidden ? 0.f : prob;
+      }
+    }
+    // dS^T = P^T (dP^T - D), in place of dP^T.
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_dp);
+    Tensor dp = make_tensor(acc_dp.data(), acc_rowcol(acc_dp.layout()));
+    const float* dpsum = smem.dpsum.data() + stage * kBlockM;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size<1>(dp); ++j) {
+      const float d = dpsum[get<1>(coord(0, j))];
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRows; ++i) dp(i, j) = s(i, j) * (dp(i, j) - d);
+    }
+
+    // dV += P^T dO and dK += dS^T Q, the 16-bit P^T / dS^T as register A operands.
+    Tensor p_frag = convert_fragment<Element>(acc_s);
+    Tensor ds_frag = convert_fragment<Element>(acc_dp);
+    Tensor tdVrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
+    Tensor tdKrdS = make_tensor(ds_frag.data(), acc_as_a_operand(acc_dp.layout()));
+    wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
+    wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+
+    // dS into shared memory (query-contiguous: adjacent query pairs are one 32-bit store), for the
+    // async proxy (wgmma) to read after the barrier.
+    Tensor ds = make_tensor(ds_frag.data(), acc_rowcol(acc_dp.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      const int key = wg * kWGKeys + get<0>(coord(i, 0));
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(ds); j += 2) {
+        cutlass::Array<Element, 2> pair;
+        pair[0] = ds(i, j);
+        pair[1] = ds(i, j + 1);
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(&sdS(get<1>(coord(i, j)), key, ds_buffer)) = pair;
+      }
+    }
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
+
+    // This warpgroup's dQ columns over all kBlockN keys; waiting for it retires dV and dK too.
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
+    wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_buffer), tdQrKt, acc_dq);
+    pipeline_q.consumer_release(read);
+    pipeline_do.consumer_release(read);
+    ++read;
+    ds_buffer ^= 1;
+
+    // Rows past Sq exist in the padded accumulator (their dS is 0): no edge checks.
+    float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
+    static_assert(decltype(size(acc_dq))::value % 4 == 0);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 4) {
+      atomicAdd(reinterpret_cast<float4*>(dq_tile + dq_accum_offset<Traits>(wg, tidx, i)),
+                make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
+    }
+  });
+
+  store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, head_k, b);
+}
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,52 @@
+// The sm90a FlashMask backward kernel: one CTA per (key block, head_k, batch), one producer
+// warpgroup (TMA) and two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
+// The CTA visits only the tiles of its key block that are not fully masked (bwd_tiles.cuh).
+#pragma once
+
+#include "bwd_consumer.cuh"
+#include "bwd_params.cuh"
+#include "bwd_producer.cuh"
+#include "bwd_traits.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Pipeline = typename Traits::Pipeline;
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+  // Causal: the first key blocks see the most query blocks; they start first.
+  const int32_t n_block = blockIdx.x, head_k = blockIdx.y, b = blockIdx.z;
+
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    smem.barrier_kv.init(1);
+  }
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Traits::kQBytes;  // Q and dO tiles are the same size
+  pp.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Traits::kConsumerThreads;
+  Pipeline pipeline_q(smem.pipeline_q, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  Pipeline pipeline_do(smem.pipeline_do, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  __syncthreads();  // barrier initialisation visible to every thread
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+    consume_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+  }
+#endif
+}
+
+}  // namespace sm90
+}  // namespace flashmask

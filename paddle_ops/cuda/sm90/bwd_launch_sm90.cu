@@ -1,0 +1,62 @@
+// Path selection and launch of the Hopper backward (bwd_sm90.h): the shared row and block-bounds
+// preprocessing of the portable backward, then the (dtype, head dim) sm90 kernels.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "../bwd_preprocess.h"
+#include "../preprocess.cuh"
+#include "../utils.cuh"
+#include "bwd_sm90.h"
+#include "path_sm90.h"
+
+namespace flashmask {
+namespace {
+
+constexpr int kBlockN = 128;  // BwdTraits::kBlockN: the key block of the bounds summary
+
+// The device is sm90 and this build has the sm_90a backward kernels (checked once).
+bool device_runs_sm90_bwd() {
+  if (!sm90::device_is_sm90()) return false;
+  static const bool built = sm90::bwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() &&
+                            sm90::bwd_sm90_kernel_built<cutlass::half_t, 128>() &&
+                            sm90::bwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() &&
+                            sm90::bwd_sm90_kernel_built<cutlass::half_t, 64>();
+  return built;
+}
+
+}  // namespace
+
+bool bwd_sm90_selected(const BwdParams& p) {
+  const bool supported = (p.head_dim == 64 || p.head_dim == 128) && !p.deterministic &&
+                         (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
+  const bool selected = sm90::forced_path() != 80 && supported && device_runs_sm90_bwd();
+  static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
+  if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
+    logged = true;
+    std::fprintf(stderr, "flashmask bwd path: %s (head_dim %d)\n", selected ? "sm90" : "sm80", p.head_dim);
+  }
+  return selected;
+}
+
+void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
+  // The workspace was carved for the portable tiles: its bounds summary must be at this kernel's
+  // key block and its rows padded to a multiple of the 64-row query tile.
+  if (ws.n_blocks != (p.seqlen_k + kBlockN - 1) / kBlockN || ws.seqlen_q_pad % 64 != 0 || ws.dq_accum == nullptr)
+    throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
+  bwd::launch_prepare_rows(p, ws, stream);
+  launch_block_bounds(p, kBlockN, ws.bounds, stream);
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  if (p.head_dim == 128) {
+    bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 128>(p, ws, stream)
+         : sm90::run_bwd_sm90_kernels<cutlass::half_t, 128>(p, ws, stream);
+  } else if (p.head_dim == 64) {
+    bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 64>(p, ws, stream)
+         : sm90::run_bwd_sm90_kernels<cutlass::half_t, 64>(p, ws, stream);
+  } else {
+    throw std::runtime_error("flashmask run_bwd_sm90: head_dim must be 64 or 128, got " +
+                             std::to_string(p.head_dim));
+  }
+}
+
+}  // namespace flashmask

@@ -1,0 +1,57 @@
+// Host side of one (dtype, head dim) instantiation of the sm90 backward: TMA descriptors from the
+// caller's strides, the main kernel and the dQ conversion (every launch checked). Included only by
+// the bwd_hdim*_sm90.cu files.
+#pragma once
+
+#include "../utils.cuh"
+#include "bwd_convert_dq.cuh"
+#include "bwd_kernel.cuh"
+#include "bwd_sm90.h"
+#include "copy.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <typename Element, int kHeadDim>
+void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
+  using namespace cute;
+  using Traits = BwdTraits<Element, kHeadDim>;
+  const auto q_layout = take<0, 2>(typename Traits::SmemLayoutQ{});
+  const auto q_tile = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
+  const auto k_tile = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
+  BwdKernelParams<Traits> kp{
+      make_tma_load<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, q_layout, q_tile),
+      make_tma_load<Element>(p.dout, p.seqlen_q, p.head_dim, p.heads_q, p.batch, q_layout, q_tile),
+      make_tma_load<Element>(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
+      make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
+      p,
+      ws,
+      p.softmax_scale * 1.4426950408889634f};
+  auto kernel = bwd_kernel<Traits>;
+  FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  kernel<<<dim3(n_blocks, p.heads_k, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  FM_CHECK_LAUNCH("sm90::bwd_kernel");
+
+  const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  bwd_convert_dq_kernel<Traits><<<dim3(m_blocks, p.heads_q, p.batch), Traits::kConsumerThreads, 0, stream>>>(p, ws);
+  FM_CHECK_LAUNCH("sm90::bwd_convert_dq_kernel");
+}
+
+// Whether this build carries sm_90a machine code for the kernel on the current device.
+template <typename Element, int kHeadDim>
+bool bwd_sm90_kernel_built() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, bwd_kernel<BwdTraits<Element, kHeadDim>>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion == 90;
+}
+
+#define FM_SM90_BWD_INSTANTIATE(T, D)                                                                  \
+  template void run_bwd_sm90_kernels<T, D>(const BwdParams&, const bwd::Workspace&, cudaStream_t); \
+  template bool bwd_sm90_kernel_built<T, D>();
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,75 @@
+// The producer of the sm90 backward: one thread issues every load. K and V of the CTA's key block
+// once (their own transaction barrier, at the first visible tile), then for each tile Q with its
+// LSE row vector and dO with its D row vector into the kStages-deep rings; the consumers release a
+// stage once the wgmmas that read it have retired.
+#pragma once
+
+#include "bwd_params.cuh"
+#include "bwd_tiles.cuh"
+#include "bwd_traits.cuh"
+#include "copy.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <class Traits>
+__device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>& kp,
+                                                  typename Traits::SharedStorage& smem,
+                                                  typename Traits::Pipeline& pipeline_q,
+                                                  typename Traits::Pipeline& pipeline_do, int32_t n_block,
+                                                  int32_t head_k, int32_t b) {
+  using namespace cute;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kD = Traits::kHeadDim;
+  using BarrierType = typename Traits::Pipeline::ProducerBarrierType;
+  const BwdParams& p = kp.p;
+  const bwd::Workspace& ws = kp.ws;
+
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutK{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mdO = kp.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
+  Tensor gK = local_tile(mK(_, _, head_k, b), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+  Tensor gV = local_tile(mV(_, _, head_k, b), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+  // (global, shared) TMA partitions of K and V (tuples: lambdas cannot capture structured bindings in C++17)
+  auto tK = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto tV = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+
+  bool kv_issued = false;
+  auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool) {
+    if (!kv_issued) {  // only CTAs with a visible tile load K and V (no load may outlive the CTA)
+      smem.barrier_kv.arrive_and_expect_tx(2 * Traits::kKBytes);
+      copy(kp.tma_k.with(reinterpret_cast<BarrierType&>(smem.barrier_kv), 0), get<0>(tK), get<1>(tK));
+      copy(kp.tma_v.with(reinterpret_cast<BarrierType&>(smem.barrier_kv), 0), get<0>(tV), get<1>(tV));
+      kv_issued = true;
+    }
+    Tensor gQ = local_tile(mQ(_, _, head_q, b), Shape<Int<kBlockM>, Int<kD>>{}, make_coord(m, _0{}));
+    Tensor gdO = local_tile(mdO(_, _, head_q, b), Shape<Int<kBlockM>, Int<kD>>{}, make_coord(m, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tdOgdO, tdOsdO] =
+        tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    // Row vectors are padded to a multiple of kBlockM (bwd_workspace.h): always a full 256 bytes.
+    const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * kBlockM;
+    const int stage = write.index();
+
+    pipeline_q.producer_acquire(write);  // expects the Q bytes; the LSE bytes are added before any copy
+    pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
+    bulk_copy_g2s(smem.lse_log2.data() + stage * kBlockM, ws.lse_log2 + row, Traits::kRowVecBytes,
+                  pipeline_q.producer_get_barrier(write));
+    copy(kp.tma_q.with(*pipeline_q.producer_get_barrier(write), 0), tQgQ, tQsQ(_, stage));
+
+    pipeline_do.producer_acquire(write);
+    pipeline_do.producer_expect_transaction(write, Traits::kRowVecBytes);
+    bulk_copy_g2s(smem.dpsum.data() + stage * kBlockM, ws.dpsum + row, Traits::kRowVecBytes,
+                  pipeline_do.producer_get_barrier(write));
+    copy(kp.tma_do.with(*pipeline_do.producer_get_barrier(write), 0), tdOgdO, tdOsdO(_, stage));
+    ++write;
+  });
+}
+
+}  // namespace sm90
+}  // namespace flashmask

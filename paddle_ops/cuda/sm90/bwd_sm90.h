@@ -1,0 +1,30 @@
+// Entry of the Hopper (sm90a) backward for the launcher (../bwd_launch.cu): when
+// bwd_sm90_selected(p) it calls run_bwd_sm90 with the workspace it carved (../bwd_workspace.h)
+// instead of the portable kernels. Built only where the *_sm90.cu sources are (FLASHMASK_HAS_SM90).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cutlass/numeric_types.h>
+
+#include "flashmask/params.h"
+#include "../bwd_workspace.h"
+
+namespace flashmask {
+
+// True when this problem runs on the sm90 backward: compute capability 9.0 with the sm_90a kernels
+// in this build, head_dim 64 or 128, atomic dQ (deterministic mode stays on the portable kernels).
+// FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90 on (where supported).
+bool bwd_sm90_selected(const BwdParams& p);
+void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);
+
+namespace sm90 {
+// One instantiation per (dtype, head dim), each in its own bwd_hdim*_sm90.cu: the main kernel and
+// the dQ conversion, after the shared row/bounds preprocessing.
+template <typename Element, int kHeadDim>
+void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);
+template <typename Element, int kHeadDim>
+bool bwd_sm90_kernel_built();
+}  // namespace sm90
+
+}  // namespace flashmask

@@ -1,0 +1,35 @@
+// The tiles one backward CTA visits: for its key block, every (query head of the GQA group, query
+// block) whose tile is not fully masked, in a fixed order. The producer and both consumer
+// warpgroups walk the same sequence independently, so they agree without exchanging it.
+#pragma once
+
+#include "flashmask/block.h"
+#include "flashmask/params.h"
+#include "../bwd_tile_range.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+// Calls visit(head_q, m_block, masked_elements) for each tile; masked_elements is true where the
+// element mask must run (partially masked tiles and the key block that crosses Sk).
+template <int kBlockM, int kBlockN, class Visit>
+__device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
+                                                  int32_t head_k, int32_t n_block, Visit&& visit) {
+  const int32_t n0 = n_block * kBlockN;
+  const int32_t n_end = min(n0 + kBlockN, p.seqlen_k);
+  const int32_t group = p.heads_q / p.heads_k;
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  for (int32_t head_q = head_k * group; head_q < (head_k + 1) * group; ++head_q) {
+    const BlockBounds bb = bwd::key_block_bounds(p, ws, b, head_q, n_block);
+    const int2 range = bwd::query_block_range(bb, n0, p.seqlen_q, p.causal, causal_off, kBlockM);
+    for (int32_t m = range.x; m < range.y; ++m) {
+      const TileKind kind = classify_tile(m * kBlockM, min((m + 1) * kBlockM, p.seqlen_q), n0, n_end, bb,
+                                          p.causal, causal_off);
+      if (kind == TileKind::kMasked) continue;
+      visit(head_q, m, kind == TileKind::kPartial || n_end - n0 < kBlockN);
+    }
+  }
+}
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,119 @@
+// Compile-time shape of the Hopper (sm90a) backward: tiles, warpgroups, shared-memory layouts, the
+// wgmma tiled MMAs and the TMA copy types, read by the producer, the consumers and the launcher.
+//
+// One CTA per (key block of kBlockN = 128 keys, head_k, batch): a producer warpgroup streams Q and
+// dO tiles of kBlockM = 64 query rows (with their LSE and D = rowsum(dO * O) rows) through
+// kStages-deep TMA rings; two consumer warpgroups each own 64 of the keys, so every GEMM is one
+// 64-row wgmma per warpgroup and S, dP are computed transposed (keys as rows, "swapAB"):
+//   S^T  = K_w Q^T        (SS)           dP^T = V_w dO^T      (SS)
+//   P^T  = exp2(S^T * scale_log2 - LSE)  dS^T = P^T (dP^T - D)  (registers, fp32)
+//   dV_w += P^T dO        (RS: P^T from registers, dO^T an MN-major view of the dO tile)
+//   dK_w += dS^T Q        (RS)
+//   dQ[:, half w] = dS K[:, half w]   (SS: dS from shared memory, written by both warpgroups)
+// so P and dS never leave registers for dV/dK, and dQ needs one exchange through shared memory.
+// Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, dQ 32.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/collective/builders/sm90_common.inl>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+namespace flashmask {
+namespace sm90 {
+
+using namespace cute;
+
+template <typename Element_, int kHeadDim_, int kStages_ = 2>
+struct BwdTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;   // query rows per step (the inner loop)
+  static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerWGs = 2;
+  static constexpr int kWGKeys = kBlockN / kConsumerWGs;   // 64: the wgmma M of S^T, dP^T, dK, dV
+  static constexpr int kDqCols = kHeadDim / kConsumerWGs;  // dQ columns per warpgroup
+  static constexpr int kConsumerThreads = 128 * kConsumerWGs;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static constexpr int kEntryRegs = (65536 / kThreads) / 8 * 8;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads,
+                "setmaxnreg budgets exceed the registers the CTA holds");
+
+  // Per consumer warpgroup.
+  using TileShapeSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T = K_w Q^T
+  using TileShapedKV = Shape<Int<kWGKeys>, Int<kHeadDim>, Int<kBlockM>>;  // dV_w += P^T dO
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;    // dQ_w = dS K_w'
+  using OneWG = Layout<Shape<_1, _1, _1>>;
+
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeSdP>(), OneWG{}));
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapedKV, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      OneWG{}));
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapedQ, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      OneWG{}));
+
+  // K, V: [kBlockN, D] K-major, resident. Q, dO: [kBlockM, D] K-major, kStages ring.
+  using SmemAtomK = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // K^T [D, kBlockN]: the same bytes, the B operand (MN-major) of dQ = dS K.
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
+  using SmemLayoutQ = decltype(tile_to_shape(
+      SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  // Q^T / dO^T [D, kBlockM, stage]: the B operands (MN-major) of dK and dV.
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+                                         Step<_2, _1, _3>{})));
+  // dS [kBlockM, kBlockN, 2]: the A operand of dQ, query-contiguous (MN-major) so that a
+  // consumer's dS^T registers (adjacent query pairs) store as 32-bit words. Double-buffered: a
+  // warpgroup may write step i+1's dS while the other still reads step i's.
+  using SmemAtomdS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                              GMMA::Major::MN, Element, Int<kBlockM>, Int<kBlockN>>());
+  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
+
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                          Shape<int32_t, int32_t, int32_t, int32_t>{},
+                                          Stride<int64_t, _1, int64_t, int64_t>{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kRowVecBytes = kBlockM * sizeof(float);  // LSE or D of one Q tile
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = cutlass::PipelineState<kStages>;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
+    cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
+    cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
+    typename Pipeline::SharedStorage pipeline_q;
+    typename Pipeline::SharedStorage pipeline_do;
+    cutlass::arch::ClusterTransactionBarrier barrier_kv;
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+};
+
+}  // namespace sm90
+}  // namespace flashmask

@@ -1,0 +1,36 @@
+// Global -> shared copies of the sm90 kernels: TMA descriptors over the caller's [B, S, H, D]
+// strides, and 1-D bulk copies of small row vectors that ride on a pipeline stage's mbarrier.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "flashmask/params.h"
+
+namespace flashmask {
+namespace sm90 {
+
+// 1-D bulk copy global -> shared completing on `mbar` (16-byte aligned, multiple of 16 bytes).
+__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
+                                              uint64_t* mbar) {
+  const uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
+  const uint32_t bar = (uint32_t)__cvta_generic_to_shared(mbar);
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(gmem_src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+// TMA load of `tile` (rows, head_dim) boxes of `t` seen as (seqlen, head_dim, heads, batch) with
+// head_dim contiguous; rows past `seqlen` are zero-filled by the hardware.
+template <typename Element, class SmemLayout, class Tile>
+auto make_tma_load(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch,
+                   SmemLayout smem_layout, Tile tile) {
+  using namespace cute;
+  Tensor g = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.data)),
+                         make_shape(seqlen, head_dim, heads, batch),
+                         make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
+  return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout, tile, _1{});
+}
+
+}  // namespace sm90
+}  // namespace flashmask
