@@ -21,12 +21,13 @@ namespace sm90 {
 // Named barrier of the two consumer warpgroups: both halves of dS are in shared memory.
 constexpr uint32_t kBarrierDsReady = 1;
 
-// Where value i of a consumer thread's dQ accumulator lives in the dq_accum tile of its query
-// block: each warpgroup owns a contiguous half, in thread order (4 consecutive floats per thread),
-// so each float4 atomic of a warp covers one 512-byte span. bwd_convert_dq.cuh reads it back.
+// Where value i of a consumer thread's accumulator of dQ column chunk `chunk` lives in the
+// dq_accum tile of its query block: each chunk is a contiguous span, in thread order (4
+// consecutive floats per thread), so each float4 atomic of a warp covers 512 contiguous bytes.
+// bwd_convert_dq.cuh reads it back.
 template <class Traits>
-__device__ __forceinline__ int dq_accum_offset(int wg, int tidx, int i) {
-  return wg * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
+__device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
+  return chunk * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
 }
 
 template <class Traits>
@@ -41,7 +42,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   constexpr int kWGKeys = Traits::kWGKeys;
   const BwdParams& p = kp.p;
   const bwd::Workspace& ws = kp.ws;
-  const int wg = threadIdx.x / 128 - 1;  // consumer warpgroup 0 or 1
+  const int wg = threadIdx.x / 128 - 1;  // consumer warpgroup 0 .. kConsumerWGs-1
   const int tidx = threadIdx.x % 128;
 
   typename Traits::TiledMmaSdP mma_sdp;
@@ -59,10 +60,9 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
-  // This warpgroup's keys, and its dQ columns of K^T.
+  // This warpgroup's keys.
   Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(wg, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(wg, _0{}));
-  Tensor sKtw = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(wg, _0{}));
 
   Tensor tSrK = thr_sdp.partition_fragment_A(sKw);
   Tensor tSrV = thr_sdp.partition_fragment_A(sVw);
@@ -71,7 +71,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffer)
-  Tensor tdQrKt = thr_dq.partition_fragment_B(sKtw);
   // (key, query) of each S^T / dP^T accumulator value, tile-local.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
@@ -89,10 +88,21 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   ColumnBounds columns[kRows];
   const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
 
+  // Adds one dQ chunk into the fp32 workspace (rows past Sq exist there, padded).
+  auto add_dq = [&](float* dq_tile, int chunk, auto const& acc_dq) {
+    static_assert(decltype(size(acc_dq))::value % 4 == 0);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 4) {
+      atomicAdd(reinterpret_cast<float4*>(dq_tile + dq_accum_offset<Traits>(chunk, tidx, i)),
+                make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
+    }
+  };
+
   typename Traits::PipelineState read;
   int ds_buffer = 0;
   bool kv_ready = false;
-  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool masked) {
+  // One tile; kMasked compiles the element mask in (partial tiles, the key block crossing Sk).
+  auto visit = [&](int32_t head_q, int32_t m, auto kMasked) {
     if (!kv_ready) {
       smem.barrier_kv.wait(0);
       kv_ready = true;
@@ -130,9 +140,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kRows; ++i) {
         const float prob = exp2_approx(s(i, j) * kp.scale_log2 - lse);
-        const bool hidden = masked && is_masked(row0 + q, key0 + get<0>(coord(i, 0)), columns[i], p.causal,
-                                                causal_off);
-        s(i, j) = hidden ? 0.f : prob;
+        if constexpr (decltype(kMasked)::value) {
+          const bool hidden = is_masked(row0 + q, key0 + get<0>(coord(i, 0)), columns[i], p.causal, causal_off);
+          s(i, j) = hidden ? 0.f : prob;
+        } else {
+          s(i, j) = prob;
+        }
       }
     }
     // dS^T = P^T (dP^T - D), in place of dP^T.
@@ -172,22 +185,27 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
 
-    // This warpgroup's dQ columns over all kBlockN keys; waiting for it retires dV and dK too.
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
-    wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_buffer), tdQrKt, acc_dq);
-    pipeline_q.consumer_release(read);
-    pipeline_do.consumer_release(read);
+    // This warpgroup's dQ column chunks over all kBlockN keys; the first wait retires dV, dK too.
+    float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < Traits::kDqChunks; ++c) {
+      const int chunk = wg * Traits::kDqChunks + c;
+      Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
+      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
+      wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_buffer),
+                                                         thr_dq.partition_fragment_B(sKtc), acc_dq);
+      if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
+        pipeline_q.consumer_release(read);
+        pipeline_do.consumer_release(read);
+      }
+      add_dq(dq_tile, chunk, acc_dq);
+    }
     ++read;
     ds_buffer ^= 1;
-
-    // Rows past Sq exist in the padded accumulator (their dS is 0): no edge checks.
-    float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
-    static_assert(decltype(size(acc_dq))::value % 4 == 0);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc_dq); i += 4) {
-      atomicAdd(reinterpret_cast<float4*>(dq_tile + dq_accum_offset<Traits>(wg, tidx, i)),
-                make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
-    }
+  };
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool masked) {
+    if (masked) visit(head_q, m, cute::true_type{});
+    else visit(head_q, m, cute::false_type{});
   });
 
   store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, head_k, b);

@@ -1,6 +1,6 @@
 // dQ = softmax_scale * dq_accum cast to the output dtype and strides: the sm90 backward's last step.
-// Each 64-row dq_accum tile holds the two consumer warpgroups' halves in thread order
-// (dq_accum_offset, bwd_consumer.cuh); a CTA of two warpgroups replays the dQ TiledMMA's partition
+// Each 64-row dq_accum tile holds kDqChunksTotal column chunks in thread order (dq_accum_offset,
+// bwd_consumer.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's partition
 // to find each value's (row, column), stages the cast tile in shared memory and writes whole rows
 // with 16-byte stores. One CTA per (query block, head_q, batch).
 #pragma once
@@ -11,15 +11,15 @@ namespace flashmask {
 namespace sm90 {
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq_kernel(const BwdParams p,
+__global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_kernel(const BwdParams p,
                                                                                  const bwd::Workspace ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;
   using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM, kD = Traits::kHeadDim, kThreads = Traits::kConsumerThreads;
+  constexpr int kBlockM = Traits::kBlockM, kD = Traits::kHeadDim, kThreads = 128 * Traits::kDqChunksTotal;
   constexpr int kPitch = kD + 8;  // +16 bytes per row: fewer bank conflicts, rows stay 16-byte aligned
   __shared__ __align__(16) Element tile_s[kBlockM * kPitch];
-  const int wg = threadIdx.x / 128, tidx = threadIdx.x % 128;
+  const int chunk = threadIdx.x / 128, tidx = threadIdx.x % 128;
   const int32_t m0 = blockIdx.x * kBlockM, head_q = blockIdx.y, b = blockIdx.z;
   const float* tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + m0) * kD;
 
@@ -28,11 +28,11 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq_kerne
       make_identity_tensor(Shape<Int<kBlockM>, Int<Traits::kDqCols>>{}));
   CUTE_UNROLL
   for (int i = 0; i < size(coord); i += 4) {
-    const float4 f = *reinterpret_cast<const float4*>(tile + dq_accum_offset<Traits>(wg, tidx, i));
+    const float4 f = *reinterpret_cast<const float4*>(tile + dq_accum_offset<Traits>(chunk, tidx, i));
     const float v[4] = {f.x, f.y, f.z, f.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; ++j) {
-      const int r = get<0>(coord(i + j)), c = wg * Traits::kDqCols + get<1>(coord(i + j));
+      const int r = get<0>(coord(i + j)), c = chunk * Traits::kDqCols + get<1>(coord(i + j));
       tile_s[r * kPitch + c] = Element(v[j] * p.softmax_scale);
     }
   }

@@ -1,5 +1,5 @@
 // The sm90a FlashMask backward kernel: one CTA per (key block, head_k, batch), one producer
-// warpgroup (TMA) and two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
+// warpgroup (TMA) and one or two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
 // The CTA visits only the tiles of its key block that are not fully masked (bwd_tiles.cuh).
 #pragma once
 
@@ -12,7 +12,7 @@ namespace flashmask {
 namespace sm90 {
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     bwd_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Pipeline = typename Traits::Pipeline;

@@ -5,15 +5,12 @@
 #include <string>
 
 #include "../bwd_preprocess.h"
-#include "../preprocess.cuh"
 #include "../utils.cuh"
 #include "bwd_sm90.h"
 #include "path_sm90.h"
 
 namespace flashmask {
 namespace {
-
-constexpr int kBlockN = 128;  // BwdTraits::kBlockN: the key block of the bounds summary
 
 // The device is sm90 and this build has the sm_90a backward kernels (checked once).
 bool device_runs_sm90_bwd() {
@@ -40,12 +37,11 @@ bool bwd_sm90_selected(const BwdParams& p) {
 }
 
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
-  // The workspace was carved for the portable tiles: its bounds summary must be at this kernel's
-  // key block and its rows padded to a multiple of the 64-row query tile.
-  if (ws.n_blocks != (p.seqlen_k + kBlockN - 1) / kBlockN || ws.seqlen_q_pad % 64 != 0 || ws.dq_accum == nullptr)
+  // The workspace is carved once for both paths (../bwd_workspace.h): rows padded to a multiple of
+  // the 64-row query tile and an fp32 dQ accumulator.
+  if (ws.seqlen_q_pad % 64 != 0 || ws.dq_accum == nullptr)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);
-  launch_block_bounds(p, kBlockN, ws.bounds, stream);
   const bool bf16 = p.dtype == DType::kBFloat16;
   if (p.head_dim == 128) {
     bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 128>(p, ws, stream)

@@ -7,6 +7,7 @@
 #include "bwd_convert_dq.cuh"
 #include "bwd_kernel.cuh"
 #include "bwd_sm90.h"
+#include "../preprocess.cuh"
 #include "copy.cuh"
 
 namespace flashmask {
@@ -16,6 +17,10 @@ template <typename Element, int kHeadDim>
 void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
   using namespace cute;
   using Traits = BwdTraits<Element, kHeadDim>;
+  if (ws.n_blocks != (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN)
+    throw std::runtime_error("flashmask run_bwd_sm90: workspace block bounds not at the kernel's key block");
+  launch_block_bounds(p, Traits::kBlockN, ws.bounds, stream);
+
   const auto q_layout = take<0, 2>(typename Traits::SmemLayoutQ{});
   const auto q_tile = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
   const auto k_tile = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
@@ -29,12 +34,11 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
       p.softmax_scale * 1.4426950408889634f};
   auto kernel = bwd_kernel<Traits>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  kernel<<<dim3(n_blocks, p.heads_k, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  kernel<<<dim3(ws.n_blocks, p.heads_k, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::bwd_kernel");
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  bwd_convert_dq_kernel<Traits><<<dim3(m_blocks, p.heads_q, p.batch), Traits::kConsumerThreads, 0, stream>>>(p, ws);
+  bwd_convert_dq_kernel<Traits><<<dim3(m_blocks, p.heads_q, p.batch), 128 * Traits::kDqChunksTotal, 0, stream>>>(p, ws);
   FM_CHECK_LAUNCH("sm90::bwd_convert_dq_kernel");
 }
 

@@ -19,8 +19,8 @@ bool bwd_sm90_selected(const BwdParams& p);
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);
 
 namespace sm90 {
-// One instantiation per (dtype, head dim), each in its own bwd_hdim*_sm90.cu: the main kernel and
-// the dQ conversion, after the shared row/bounds preprocessing.
+// One instantiation per (dtype, head dim), each in its own bwd_hdim*_sm90.cu: block bounds at the
+// kernel's key block, the main kernel and the dQ conversion (after the shared row preprocessing).
 template <typename Element, int kHeadDim>
 void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);
 template <typename Element, int kHeadDim>

@@ -1,17 +1,17 @@
 // Compile-time shape of the Hopper (sm90a) backward: tiles, warpgroups, shared-memory layouts, the
 // wgmma tiled MMAs and the TMA copy types, read by the producer, the consumers and the launcher.
 //
-// One CTA per (key block of kBlockN = 128 keys, head_k, batch): a producer warpgroup streams Q and
-// dO tiles of kBlockM = 64 query rows (with their LSE and D = rowsum(dO * O) rows) through
-// kStages-deep TMA rings; two consumer warpgroups each own 64 of the keys, so every GEMM is one
-// 64-row wgmma per warpgroup and S, dP are computed transposed (keys as rows, "swapAB"):
+// One CTA per (key block of kBlockN keys, head_k, batch): a producer warpgroup streams Q and dO
+// tiles of kBlockM = 64 query rows (with their LSE and D = rowsum(dO * O) rows) through
+// kStages-deep TMA rings; two consumer warpgroups each own 64 of the kBlockN = 128 keys, so every
+// GEMM is a 64-row wgmma per warpgroup and S, dP are computed transposed (keys as rows, "swapAB"):
 //   S^T  = K_w Q^T        (SS)           dP^T = V_w dO^T      (SS)
 //   P^T  = exp2(S^T * scale_log2 - LSE)  dS^T = P^T (dP^T - D)  (registers, fp32)
 //   dV_w += P^T dO        (RS: P^T from registers, dO^T an MN-major view of the dO tile)
 //   dK_w += dS^T Q        (RS)
-//   dQ[:, half w] = dS K[:, half w]   (SS: dS from shared memory, written by both warpgroups)
+//   dQ[:, chunk] = dS K[:, chunk]     (SS: dS from shared memory, written by every warpgroup)
 // so P and dS never leave registers for dV/dK, and dQ needs one exchange through shared memory.
-// Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, dQ 32.
+// Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -32,14 +32,20 @@ struct BwdTraits {
   using Element = Element_;
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;   // query rows per step (the inner loop)
-  static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
-  static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
-  static constexpr int kWGKeys = kBlockN / kConsumerWGs;   // 64: the wgmma M of S^T, dP^T, dK, dV
-  static constexpr int kDqCols = kHeadDim / kConsumerWGs;  // dQ columns per warpgroup
+  static constexpr int kWGKeys = 64;                      // the wgmma M of S^T, dP^T, dK, dV
+  static constexpr int kBlockM = 64;                      // query rows per step (the inner loop)
+  static constexpr int kBlockN = kWGKeys * kConsumerWGs;  // keys per CTA
+  static constexpr int kStages = kStages_;
+  // dQ = dS K in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
+  static constexpr int kDqCols = kHeadDim / kConsumerWGs < 64 ? kHeadDim / kConsumerWGs : 64;
+  static constexpr int kDqChunks = kHeadDim / kConsumerWGs / kDqCols;
+  static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
+  // One CTA per SM (160 KB of smem at D=128). A 64-key, one-warpgroup variant with two CTAs per
+  // SM was slower on every mask measured (bwd_notes.md).
+  static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static constexpr int kEntryRegs = (65536 / kThreads) / 8 * 8;
@@ -49,7 +55,7 @@ struct BwdTraits {
   // Per consumer warpgroup.
   using TileShapeSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T = K_w Q^T
   using TileShapedKV = Shape<Int<kWGKeys>, Int<kHeadDim>, Int<kBlockM>>;  // dV_w += P^T dO
-  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;    // dQ_w = dS K_w'
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;    // a dQ chunk = dS K^T chunk
   using OneWG = Layout<Shape<_1, _1, _1>>;
 
   using TiledMmaSdP = decltype(make_tiled_mma(
