@@ -26,7 +26,7 @@ compile() {  # compile SRC FLAGS
 pids=""
 for s in paddle_ops/cuda/sm90/fwd_hdim128_bf16_sm90.cu paddle_ops/cuda/sm90/fwd_hdim128_fp16_sm90.cu \
          paddle_ops/cuda/sm90/fwd_hdim64_bf16_sm90.cu paddle_ops/cuda/sm90/fwd_hdim64_fp16_sm90.cu \
-         paddle_ops/cuda/sm90/fwd_launch_sm90.cu; do
+         paddle_ops/cuda/sm90/fwd_launch_sm90.cu paddle_ops/cuda/sm90/path_sm90.cu; do
   throttle; compile $s "$SM90" & pids="$pids $!"
 done
 for s in preprocess fwd_launch fwd_hdim64 fwd_hdim128 fwd_hdim256; do

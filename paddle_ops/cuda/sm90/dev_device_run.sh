@@ -1,34 +1,25 @@
 #!/bin/bash
-# One device call for the Hopper forward (development): SASS summary of the sm90 kernels, the
-# correctness cases with the sm90 path forced for each library in LIBS, and (BENCH=1) timings of
-# both paths (sm80 once, with the first library).
-#   run(command="BENCH=1 LIBS='build/sm90_dev/libfmfwd_sm90.so' bash paddle_ops/cuda/sm90/dev_device_run.sh",
-#       carry=["build/sm90_dev"])
+# One device call for the Hopper forward (development): correctness of NEW (dev_check.py, sm90
+# forced, vs fp64) for each FLASHMASK_SM90_PERSISTENT setting, then forward timings of BASE and of
+# NEW's variants on kernel_bench's 8K/32K shapes plus the e2e-shaped 32K row. Each step is its own
+# process under its own timeout, so that a hang costs only its own lines. Libraries are CMake builds
+# (libflashmask.so) carried in a git-ignored folder:
+#   run(command="OUT=$OUT bash paddle_ops/cuda/sm90/dev_device_run.sh", carry=[".device_carry_fwd"])
+# NEW / BASE override the paths; BASE= (empty) skips the baseline.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp/sm90_out}; mkdir -p "$OUT"
-LIBS=${LIBS:-build/sm90_dev/libfmfwd_sm90.so}
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 FLASHMASK_LOG_PATH=1
+NEW=${NEW-.device_carry_fwd/new/libflashmask.so}
+BASE=${BASE-.device_carry_fwd/base/libflashmask.so}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+CHECK=paddle_ops/cuda/sm90/dev_check.py
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-n=0
-for LIB in $LIBS; do
-  n=$((n + 1)); d=$(dirname "$LIB")
-  for o in $d/fwd_hdim128_bf16_sm90.o; do
-    [ -f "$o" ] || continue
-    cuobjdump --dump-sass "$o" > "$OUT/sass$n.txt" 2>&1
-    echo "$o: $(grep -oE 'HGMMA\.[0-9A-Za-z]+|USETMAXREG[.A-Z0-9]*|UTMALDG[.0-9A-Z]*|STL|LDL|BAR\.[A-Z]+' "$OUT/sass$n.txt" | sort | uniq -c | tr -s ' \n' ' ')"
-  done
-  for BM in ${BLOCK_MS:-default}; do
-    [ "$BM" = default ] && unset FLASHMASK_SM90_BLOCK_M || export FLASHMASK_SM90_BLOCK_M=$BM
-    log="$OUT/sm90_${n}_$BM.log"
-    FLASHMASK_FORCE_PATH=sm90 timeout 200 python3 paddle_ops/cuda/sm90/dev_check.py "$LIB" ${BENCH:+--bench} > "$log" 2>&1
-    echo "== $LIB block_m=$BM sm90 rc=$? ok-lines $(grep -c '^ok ' "$log")"
-    grep -vE "^ok " "$log" | sort | uniq | tail -n 40
-  done
-  unset FLASHMASK_SM90_BLOCK_M
-done
-if [ -n "${BENCH:-}" ]; then
-  LIB=${LIBS%% *}
-  FLASHMASK_FORCE_PATH=sm80 timeout 120 python3 paddle_ops/cuda/tests_dev/fwd_check.py "$LIB" --bench > "$OUT/sm80.log" 2>&1
-  echo "== sm80 rc=$?"; grep -E "TFLOP|passed|path" "$OUT/sm80.log"
-fi
+step() {  # step NAME TIMEOUT LIB ARGS...
+  local name=$1 limit=$2 lib=$3; shift 3
+  FLASHMASK_LIB=$PWD/$lib timeout "$limit" python3 $CHECK "$@" > "$OUT/$name.log" 2>&1
+  echo "== $name rc=$?"; grep -E "^FAIL|^bench|^e2e|passed|Error|error" "$OUT/$name.log" | tail -n 24
+}
+step check ${CHECK_S:-50} "$NEW" --persistent ${CHECK_VARIANTS:-default,0,1}
+[ -n "$BASE" ] && step bench_base ${BENCH_S:-40} "$BASE" --skip-check --e2e --bench "base:-"
+step bench_new ${BENCH_S:-40} "$NEW" --skip-check --e2e --bench \
+  "${NEW_VARIANTS:-new:-;persistent0:FLASHMASK_SM90_PERSISTENT=0;persistent1:FLASHMASK_SM90_PERSISTENT=1;sm80:FLASHMASK_FORCE_PATH=sm80}"

@@ -1,4 +1,5 @@
-// The consumer warpgroups of the sm90 forward: for each key block of the query block's list,
+// The consumer warpgroups of the sm90 forward: for each tile of this CTA (fwd_tiles.cuh) and each
+// key block of its query block's list,
 // S = Q K^T (wgmma, both operands in smem), the element mask on partial tiles only, the online
 // softmax in fp32, and O += P V with P straight from registers (wgmma RS). The list is ordered
 // partial-first (preprocess.cuh), so the mask is compiled into the first loop alone.
@@ -8,6 +9,7 @@
 #include "fwd_layout.cuh"
 #include "fwd_params.cuh"
 #include "fwd_softmax.cuh"
+#include "fwd_tiles.cuh"
 #include "fwd_traits.cuh"
 
 namespace flashmask {
@@ -16,11 +18,10 @@ namespace sm90 {
 template <class Traits>
 __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
                                               typename Traits::SharedStorage& smem,
+                                              typename Traits::PipelineQ& pipeline_q,
                                               typename Traits::Pipeline& pipeline_k,
                                               typename Traits::Pipeline& pipeline_v,
-                                              int32_t m_block, int32_t head_q, int32_t b,
-                                              int32_t slice, const int32_t* entries,
-                                              int32_t num_entries, int32_t num_partial) {
+                                              TilePipeline& pipeline_tiles) {
   using namespace cute;
   using Element = typename Traits::Element;
   using TileShapeQK = typename Traits::TileShapeQK;
@@ -33,82 +34,103 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
   auto thr_qk = mma_qk.get_thread_slice(tidx);
   auto thr_pv = mma_pv.get_thread_slice(tidx);
 
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQStages{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K, Q stage)
   Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(TileShapeQK{})));
 
   Tensor acc_o = partition_fragment_C(mma_pv, select<0, 1>(TileShapePV{}));
-  clear(acc_o);
+  Tensor acc_s = partition_fragment_C(mma_qk, select<0, 1>(TileShapeQK{}));
   constexpr int kRows = decltype(size<0>(acc_rowcol(acc_o.layout())))::value;
-  OnlineSoftmax<kRows> softmax(kp.scale_log2);
-
-  const int32_t row0 = m_block * Traits::kBlockM;
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   const bool has_columns = kp.lists.columns != nullptr;
 
-  // Intra-warpgroup overlap (FlashAttention-3): S_i = Q K_i^T and O += P_{i-1} V_{i-1} are issued
-  // together; the softmax of S_i runs while the PV wgmma is still in flight, and O is rescaled
-  // only after it retires. P_{i-1} lives in its own registers, so S_i can be overwritten meanwhile.
-  if (num_entries > 0) {
-    smem.barrier_q.wait(0);
-    typename Traits::PipelineState read;  // stage of K_i
-    typename Traits::PipelineState read_v;  // stage of V_{i-1}
-    float correction[kRows];
-    Tensor acc_s = partition_fragment_C(mma_qk, select<0, 1>(TileShapeQK{}));
-    // Masks partial tile i, whose column bounds sit in K stage `stage` (read before its release).
-    auto mask_if = [&](int32_t i, int stage, auto partial) {
-      if constexpr (decltype(partial)::value) {
-        const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
-        apply_element_mask(acc_s, tScS, row0, entry_n_block(entries[i]) * Traits::kBlockN,
-                           p.seqlen_k, columns, p.causal, causal_off);
-      }
-    };
-    // First block: S_0, softmax, P_0.
-    pipeline_k.consumer_wait(read);
-    wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), acc_s);
-    if (num_partial > 0) mask_if(0, read.index(), cute::true_type{});
-    pipeline_k.consumer_release(read);
-    softmax.step(acc_s, correction);
-    Tensor p_frag = convert_fragment<Element>(acc_s);
-    Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
-    read_v = read;
-    ++read;
-    auto visit = [&](int32_t i, auto partial) {
+  typename Traits::PipelineStateQ read_q;
+  typename Traits::PipelineState read;  // stage of K_i, carried across this CTA's tiles
+  const int32_t num_tiles = fwd_num_tiles(kp);
+  cutlass::PipelineState<2> read_t;
+  for (int32_t t = first_tile<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles); t < num_tiles;
+       t = next_tile<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles)) {
+    const FwdTile tile = fwd_tile(kp, t);
+    const int2 counts = reinterpret_cast<const int2*>(kp.lists.counts)[tile.list];  // (visible, partial)
+    const int32_t num_entries = counts.x, num_partial = counts.y;
+    const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
+    const int32_t row0 = tile.m_block * Traits::kBlockM;
+    clear(acc_o);
+    OnlineSoftmax<kRows> softmax(kp.scale_log2);
+
+    pipeline_q.consumer_wait(read_q);
+    auto tSrQ_t = tSrQ(_, _, _, read_q.index());
+    // Intra-warpgroup overlap (FlashAttention-3): S_i = Q K_i^T and O += P_{i-1} V_{i-1} are
+    // issued together; the softmax of S_i runs while the PV wgmma is still in flight, and O is
+    // rescaled only after it retires. P_{i-1} lives in its own registers, so S_i can be
+    // overwritten meanwhile.
+    if (num_entries > 0) {
+      typename Traits::PipelineState read_v;  // stage of V_{i-1}
+      float correction[kRows];
+      // Masks partial tile i (key block n_block), whose column bounds sit in K stage `stage`
+      // (read before its release).
+      auto mask_if = [&](int32_t n_block, int stage, auto partial) {
+        if constexpr (decltype(partial)::value) {
+          const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
+          apply_element_mask(acc_s, tScS, row0, n_block * Traits::kBlockN, p.seqlen_k, columns,
+                             p.causal, causal_off);
+        }
+      };
+      // First block: S_0, softmax, P_0.
+      const int32_t entry0 = entries[0];
       pipeline_k.consumer_wait(read);
-      wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), acc_s);
-      pipeline_v.consumer_wait(read_v);
-      wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
-      warpgroup_wait<1>();  // S_i is ready (the older batch)
-      warpgroup_fence_operand(acc_s);
-      mask_if(i, read.index(), partial);
+      wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_qk, tSrQ_t, tSrK(_, _, _, read.index()), acc_s);
+      if (num_partial > 0) mask_if(entry_n_block(entry0), read.index(), cute::true_type{});
       pipeline_k.consumer_release(read);
       softmax.step(acc_s, correction);
-      warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
-      warpgroup_fence_operand(acc_o);
-      pipeline_v.consumer_release(read_v);
-      OnlineSoftmax<kRows>::rescale(acc_o, correction);
-      Tensor next = convert_fragment<Element>(acc_s);
-      CUTLASS_PRAGMA_UNROLL
-      for (int e = 0; e < size(p_frag); ++e) p_frag(e) = next(e);
+      Tensor p_frag = convert_fragment<Element>(acc_s);
+      Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
       read_v = read;
       ++read;
-    };
-    int32_t i = 1;
-    for (; i < num_partial; ++i) visit(i, cute::true_type{});
-    for (; i < num_entries; ++i) visit(i, cute::false_type{});
-    // Last block's PV.
-    pipeline_v.consumer_wait(read_v);
-    wgmma</*zero*/ false, /*wait*/ 0, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
-    pipeline_v.consumer_release(read_v);
-  }
+      auto visit = [&](int32_t i, auto partial) {
+        // Loaded before the wgmmas are issued, used after they retire.
+        const int32_t n_block = decltype(partial)::value ? entry_n_block(entries[i]) : 0;
+        pipeline_k.consumer_wait(read);
+        wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_qk, tSrQ_t, tSrK(_, _, _, read.index()), acc_s);
+        pipeline_v.consumer_wait(read_v);
+        wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+        warpgroup_wait<1>();  // S_i is ready (the older batch)
+        warpgroup_fence_operand(acc_s);
+        mask_if(n_block, read.index(), partial);
+        pipeline_k.consumer_release(read);
+        softmax.step(acc_s, correction);
+        warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
+        warpgroup_fence_operand(acc_o);
+        pipeline_v.consumer_release(read_v);
+        OnlineSoftmax<kRows>::rescale(acc_o, correction);
+        Tensor next = convert_fragment<Element>(acc_s);
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < size(p_frag); ++e) p_frag(e) = next(e);
+        read_v = read;
+        ++read;
+      };
+      int32_t i = 1;
+      for (; i < num_partial; ++i) visit(i, cute::true_type{});
+      for (; i < num_entries; ++i) visit(i, cute::false_type{});
+      // Every QK wgmma has retired: Q's stage is free for the tile after next.
+      pipeline_q.consumer_release(read_q);
+      // Last block's PV.
+      pipeline_v.consumer_wait(read_v);
+      wgmma</*zero*/ false, /*wait*/ 0, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+      pipeline_v.consumer_release(read_v);
+    } else {
+      pipeline_q.consumer_release(read_q);
+    }
+    ++read_q;
 
-  float lse[kRows];
-  softmax.finish(acc_o, p.softmax_scale, lse);
-  store_output<Traits>(p, acc_o, thr_pv, lse, m_block, head_q, b, tidx);
+    float lse[kRows];
+    softmax.finish(acc_o, p.softmax_scale, lse);
+    store_output<Traits>(p, acc_o, thr_pv, lse, tile.m_block, tile.head_q, tile.b, tidx);
+  }
 }
 
 }  // namespace sm90

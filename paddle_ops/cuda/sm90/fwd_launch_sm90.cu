@@ -49,22 +49,25 @@ bool fwd_sm90_selected(const FwdParams& p) {
   return selected;
 }
 
+// The block lists' workspace, then 256 bytes whose first int32 counts persistent tile claims.
 size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
   const int m = sm90::fwd_block_m(p);
-  return fwd_block_lists_workspace_bytes(p, m, sm90::fwd_block_n(m));
+  return fwd_block_lists_workspace_bytes(p, m, sm90::fwd_block_n(m)) + 256;
 }
 
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   const int block_m = sm90::fwd_block_m(p);
   const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m), workspace, stream);
   if (lists.num_m_blocks == 0) return;
+  auto* tile_counter = reinterpret_cast<int32_t*>(
+      static_cast<char*>(workspace) + fwd_block_lists_workspace_bytes(p, block_m, sm90::fwd_block_n(block_m)));
   const bool bf16 = p.dtype == DType::kBFloat16;
   if (p.head_dim == 128) {
-    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 128>(p, lists, block_m, stream)
-         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 128>(p, lists, block_m, stream);
+    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 128>(p, lists, block_m, tile_counter, stream)
+         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 128>(p, lists, block_m, tile_counter, stream);
   } else if (p.head_dim == 64) {
-    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 64>(p, lists, block_m, stream)
-         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 64>(p, lists, block_m, stream);
+    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 64>(p, lists, block_m, tile_counter, stream)
+         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 64>(p, lists, block_m, tile_counter, stream);
   } else {
     throw std::runtime_error("flashmask run_fwd_sm90: head_dim must be 64 or 128, got " +
                              std::to_string(p.head_dim));

@@ -2,6 +2,13 @@
 // caller's strides, then the launch. Included only by the fwd_hdim*_sm90.cu files.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
 #include "../utils.cuh"
 #include "fwd_kernel.cuh"
 #include "fwd_sm90.h"
@@ -20,10 +27,39 @@ auto make_tma_load(const TensorView& t, int32_t seqlen, int32_t heads, const Fwd
   return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout, tile, _1{});
 }
 
-template <typename Element, int kHeadDim, int kBlockM>
-void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
+// Whether the 64-row kernel runs persistent (fwd_tiles.cuh): for causal masks, where it measured
+// ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%), not for
+// bidirectional ones (document: 5-7% behind). FLASHMASK_SM90_PERSISTENT=0|1 overrides (read at
+// every launch, like FLASHMASK_SM90_BLOCK_M).
+inline bool use_persistent(const FwdParams& p) {
+  const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
+  return p.causal;
+}
+
+// CTAs of `kernel` that the current device holds at once (SMs x CTAs per SM), cached per
+// (kernel, device): the persistent grid.
+template <class Kernel>
+int64_t resident_ctas(Kernel kernel, int threads, int smem_bytes) {
+  constexpr int kMaxDevices = 64;
+  static int cache[kMaxDevices] = {};
+  int dev = 0;
+  FM_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kMaxDevices && cache[dev] > 0) return cache[dev];
+  int sms = 0, per_sm = 0;
+  FM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+  const int ctas = std::max(1, sms * per_sm);
+  if (dev >= 0 && dev < kMaxDevices) cache[dev] = ctas;
+  return ctas;
+}
+
+template <typename Element, int kHeadDim, int kBlockM, bool kPersistent = false>
+void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_counter,
+                cudaStream_t stream) {
   using namespace cute;
-  using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM)>;
+  using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM), 2, kPersistent>;
   using TileShapeQK = typename Traits::TileShapeQK;
   FwdKernelParams<Traits> kp{
       make_tma_load<Traits>(p.q, p.seqlen_q, p.heads_q, p, typename Traits::SmemLayoutQ{},
@@ -35,25 +71,36 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t str
       p,
       lists,
       MaskSlices::of(p),
-      p.softmax_scale * 1.4426950408889634f};
+      p.softmax_scale * 1.4426950408889634f,
+      tile_counter};
   auto kernel = fwd_kernel<Traits>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      Traits::kSmemBytes));
   // All of the unified L1/shared array as shared memory, so that kMinBlocksPerSM CTAs fit.
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      (int)cudaSharedmemCarveoutMaxShared));
-  const dim3 grid((unsigned)lists.num_m_blocks, (unsigned)p.heads_q, (unsigned)p.batch);
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  const int64_t num_tiles = (int64_t)lists.num_m_blocks * p.heads_q * p.batch;
+  if (num_tiles > INT32_MAX) {
+    throw std::runtime_error("flashmask run_fwd_sm90: num_m_blocks x heads_q x batch = " +
+                             std::to_string(num_tiles) + " tiles, more than 2^31 - 1");
+  }
+  int64_t grid = num_tiles;
+  if constexpr (Traits::kPersistent) {
+    grid = std::min<int64_t>(grid, resident_ctas(kernel, Traits::kThreads, Traits::kSmemBytes));
+    FM_CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int32_t), stream));
+  }
+  kernel<<<(unsigned)grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::fwd_kernel");
 }
 
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
-                         cudaStream_t stream) {
+                         int32_t* tile_counter, cudaStream_t stream) {
   if (block_m == 128) {
-    launch_fwd<Element, kHeadDim, 128>(p, lists, stream);
+    launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, stream);
   } else if (block_m == 64) {
-    launch_fwd<Element, kHeadDim, 64>(p, lists, stream);
+    use_persistent(p) ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, stream)
+                      : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, stream);
   } else {
     throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 64 or 128");
   }
@@ -72,7 +119,8 @@ bool fwd_sm90_kernel_built() {
 }
 
 #define FM_SM90_FWD_INSTANTIATE(T, D)                                                               \
-  template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, cudaStream_t); \
+  template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, int32_t*,    \
+                                          cudaStream_t);                                           \
   template bool fwd_sm90_kernel_built<T, D>();
 
 }  // namespace sm90

@@ -17,6 +17,7 @@ struct FwdKernelParams {
   FwdBlockLists lists;
   MaskSlices slices;
   float scale_log2;  // softmax_scale * log2(e)
+  int32_t* tile_counter;  // persistent CTAs' tile claims (fwd_tiles.cuh), zeroed before the launch
 };
 
 }  // namespace sm90

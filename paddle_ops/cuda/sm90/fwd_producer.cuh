@@ -1,9 +1,11 @@
-// The producer warp of the sm90 forward: one thread issues every TMA load. Q once (its own
-// transaction barrier), then K and V of each key block on the query block's list, in list order,
-// into the kStages-deep rings; the consumers release a stage once their wgmma has read it.
+// The producer warp of the sm90 forward: one thread issues every TMA load. For each tile of this
+// CTA (fwd_tiles.cuh): Q into its kQStages-deep ring, then K and V of each key block on the query
+// block's list, in list order, into the kStages-deep rings; the consumers release a stage once
+// their wgmma has read it, so a persistent CTA's next tile loads while this one finishes.
 #pragma once
 
 #include "fwd_params.cuh"
+#include "fwd_tiles.cuh"
 #include "fwd_traits.cuh"
 
 namespace flashmask {
@@ -23,61 +25,71 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_s
 template <class Traits>
 __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
                                               typename Traits::SharedStorage& smem,
+                                              typename Traits::PipelineQ& pipeline_q,
                                               typename Traits::Pipeline& pipeline_k,
                                               typename Traits::Pipeline& pipeline_v,
-                                              int32_t m_block, int32_t head_q, int32_t b,
-                                              int32_t slice, const int32_t* entries,
-                                              int32_t num_entries) {
+                                              TilePipeline& pipeline_tiles) {
   using namespace cute;
   using TileShapeQK = typename Traits::TileShapeQK;
   const FwdParams& p = kp.p;
-  const int32_t head_k = head_q / (p.heads_q / p.heads_k);
 
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQStages{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
-
   Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
   Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
   Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
-  Tensor gQ = local_tile(mQ(_, _, head_q, b), select<0, 2>(TileShapeQK{}), make_coord(m_block, _0{}));
-  Tensor gK = local_tile(mK(_, _, head_k, b), select<1, 2>(TileShapeQK{}), make_coord(_, _0{}));
-  Tensor gV = local_tile(mV(_, _, head_k, b), select<1, 2>(TileShapeQK{}), make_coord(_, _0{}));
 
-  auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                    group_modes<0, 2>(gQ));
-  auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                    group_modes<0, 2>(gK));
-  auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                    group_modes<0, 2>(gV));
-
-  if (num_entries == 0) return;  // nothing visible: no load may outlive the CTA
-  using BarrierType = typename Traits::Pipeline::ProducerBarrierType;
-  smem.barrier_q.arrive_and_expect_tx(Traits::kQBytes);
-  copy(kp.tma_q.with(reinterpret_cast<BarrierType&>(smem.barrier_q), 0), tQgQ, tQsQ);
-
-  const ColumnBounds* columns =
-      kp.lists.columns != nullptr ? kp.lists.columns + (int64_t)slice * p.seqlen_k : nullptr;
+  auto write_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
   auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
-  for (int32_t i = 0; i < num_entries; ++i) {
-    const int32_t entry = entries[i];
-    const int32_t n_block = entry_n_block(entry);
-    pipeline_k.producer_acquire(write);  // arrives, expecting the K bytes (not yet issued)
-    if (columns != nullptr && entry_is_partial(entry)) {
-      // The element mask's column bounds ride on the K stage's barrier: expected before any copy
-      // is issued, so the phase cannot complete early.
-      const int32_t col0 = n_block * Traits::kBlockN;
-      const uint32_t bytes = (uint32_t)min(Traits::kBlockN, p.seqlen_k - col0) * sizeof(ColumnBounds);
-      pipeline_k.producer_expect_transaction(write, bytes);
-      bulk_copy_g2s(smem.columns.data() + write.index() * Traits::kBlockN, columns + col0, bytes,
-                    pipeline_k.producer_get_barrier(write));
+  const int32_t num_tiles = fwd_num_tiles(kp);
+  auto write_t = cutlass::make_producer_start_state<TilePipeline>();
+  for (int32_t t = blockIdx.x, next; publish_tile<Traits>(smem.tile_ring, pipeline_tiles, write_t, t) < num_tiles;
+       t = next) {
+    next = claim_next_tile<Traits>(kp, num_tiles);
+    const FwdTile tile = fwd_tile(kp, t);
+    const int32_t head_k = tile.head_q / (p.heads_q / p.heads_k);
+    Tensor gQ = local_tile(mQ(_, _, tile.head_q, tile.b), select<0, 2>(TileShapeQK{}),
+                           make_coord(tile.m_block, _0{}));
+    Tensor gK = local_tile(mK(_, _, head_k, tile.b), select<1, 2>(TileShapeQK{}), make_coord(_, _0{}));
+    Tensor gV = local_tile(mV(_, _, head_k, tile.b), select<1, 2>(TileShapeQK{}), make_coord(_, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+
+    // Q first, before the list is read (every tile's consumers wait for and release their Q, also
+    // on an empty list, so no load outlives the CTA).
+    pipeline_q.producer_acquire(write_q);
+    copy(kp.tma_q.with(*pipeline_q.producer_get_barrier(write_q), 0), tQgQ, tQsQ(_, write_q.index()));
+    ++write_q;
+
+    const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
+    const int32_t num_entries = kp.lists.counts[2 * tile.list];
+    const ColumnBounds* columns =
+        kp.lists.columns != nullptr ? kp.lists.columns + (int64_t)tile.slice * p.seqlen_k : nullptr;
+    for (int32_t i = 0; i < num_entries; ++i) {
+      const int32_t entry = entries[i];
+      const int32_t n_block = entry_n_block(entry);
+      pipeline_k.producer_acquire(write);  // arrives, expecting the K bytes (not yet issued)
+      if (columns != nullptr && entry_is_partial(entry)) {
+        // The element mask's column bounds ride on the K stage's barrier: expected before any copy
+        // is issued, so the phase cannot complete early.
+        const int32_t col0 = n_block * Traits::kBlockN;
+        const uint32_t bytes = (uint32_t)min(Traits::kBlockN, p.seqlen_k - col0) * sizeof(ColumnBounds);
+        pipeline_k.producer_expect_transaction(write, bytes);
+        bulk_copy_g2s(smem.columns.data() + write.index() * Traits::kBlockN, columns + col0, bytes,
+                      pipeline_k.producer_get_barrier(write));
+      }
+      copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
+           tKsK(_, write.index()));
+      pipeline_v.producer_acquire(write);
+      copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
+           tVsV(_, write.index()));
+      ++write;
     }
-    copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
-         tKsK(_, write.index()));
-    pipeline_v.producer_acquire(write);
-    copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
-         tVsV(_, write.index()));
-    ++write;
   }
 }
 

@@ -29,10 +29,11 @@ namespace sm90 {
 int fwd_block_m(const FwdParams& p);
 constexpr int fwd_block_n(int block_m) { return block_m; }
 // One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
-// (block_m, fwd_block_n(block_m)).
+// (block_m, fwd_block_n(block_m)). `tile_counter`: one int32 of workspace for persistent CTAs'
+// tile claims (zeroed here before such a launch).
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
-                         cudaStream_t stream);
+                         int32_t* tile_counter, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 bool fwd_sm90_kernel_built();
 }  // namespace sm90

@@ -2,12 +2,13 @@
 // two wgmma tiled MMAs and the TMA copy types. One struct, read by the mainloop, the epilogue and
 // the launcher, so that they always agree.
 //
-// Two shapes (fwd_tile.h picks one per call):
+// Shapes (fwd_launch_template.cuh picks one per call):
 // - 128 x 128, two consumer warpgroups (64 rows each, the wgmma M), one CTA per SM: Q (32 KB at
 //   D=128) resident, K and V in kStages-deep TMA rings (2 x 32 KB each): 160 KB. Per consumer
 //   thread at D=128: S 64 + O 64 + P 32 registers, inside the 240 of setmaxnreg. Dense and causal.
 // - 64 x 64, one consumer warpgroup, two CTAs per SM (80 KB smem, 32768 registers each): for
 //   sparse index masks, whose short block lists leave a lone CTA idle in its prologue/epilogue.
+//   Persistent variant (Q double-buffered, 96 KB) for causal index masks.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,13 +20,18 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "flashmask/mask.h"
+#include "fwd_tiles.cuh"
 
 namespace flashmask {
 namespace sm90 {
 
 using namespace cute;
 
-template <typename Element_, int kHeadDim_, int kBlockM_ = 128, int kBlockN_ = 128, int kStages_ = 2>
+// kStages: depth of the K and V rings. kPersistent: a grid of (CTAs per SM x SMs) CTAs claims the
+// tiles dynamically (fwd_tiles.cuh), with Q double-buffered, so that the next tile's Q and K/V
+// loads overlap this tile's softmax and epilogue.
+template <typename Element_, int kHeadDim_, int kBlockM_ = 128, int kBlockN_ = 128, int kStages_ = 2,
+          bool kPersistent_ = false>
 struct FwdTraits {
   using Element = Element_;
   using ElementAccum = float;
@@ -33,16 +39,20 @@ struct FwdTraits {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kPersistent = kPersistent_;
+  static constexpr int kQStages = kPersistent ? 2 : 1;
 
-  // Warpgroup 0 produces (TMA), warpgroups 1..kConsumerWGs consume (wgmma + softmax).
+  // Warpgroup 0 produces (TMA, one thread), warpgroups 1..kConsumerWGs consume (wgmma + softmax).
   static constexpr int kConsumerWGs = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // CTAs per SM and setmaxnreg budgets: 2 WGs: 24 x 128 + 240 x 256 = 64512 <= 65536 registers;
-  // 1 WG, two CTAs: (24 + 232) x 128 = 32768 per CTA.
+  // CTAs per SM and setmaxnreg budgets (per thread, producer / consumer):
+  // - 2 WGs, one CTA: 24 / 240 (24 x 128 + 240 x 256 = 64512 <= 65536 registers);
+  // - 1 WG, two CTAs: 24 / 232 ((24 + 232) x 128 = 32768 per CTA); persistent 40 / 216 (its
+  //   producer's tile loop spilled at 24 and 32).
   static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kConsumerWGs == 1 ? 232 : 240;
+  static constexpr int kProducerRegs = kPersistent ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : (kPersistent ? 216 : 232);
   // setmaxnreg only moves registers inside what the CTA got at launch (the __launch_bounds__ cap,
   // 65536 / (threads x CTAs per SM) rounded down to 8, per thread); asking for more makes the
   // consumers' setmaxnreg.inc wait forever (seen: 32 / 240 with 384 threads hung).
@@ -66,6 +76,9 @@ struct FwdTraits {
   using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                              GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // The Q ring: stage s is SmemLayoutQ at offset s * cosize(SmemLayoutQ).
+  using SmemLayoutQStages = decltype(tile_to_shape(
+      SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));
   using SmemAtomKV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                               GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
   using SmemLayoutKV = decltype(tile_to_shape(
@@ -90,17 +103,20 @@ struct FwdTraits {
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
+  using PipelineQ = cutlass::PipelineTmaAsync<kQStages>;
+  using PipelineStateQ = cutlass::PipelineState<kQStages>;
 
   struct SharedStorage {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQStages>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
     // Normalised bounds of the key columns of each K stage (partial tiles of index masks only).
     cute::array_aligned<ColumnBounds, kBlockN * kStages, 16> columns;
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
-    cutlass::arch::ClusterTransactionBarrier barrier_q;
+    typename PipelineQ::SharedStorage pipeline_q;
+    TileRingStorage tile_ring;  // persistent CTAs' tile hand-off (fwd_tiles.cuh)
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
 };
