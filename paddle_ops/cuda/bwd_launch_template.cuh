@@ -22,6 +22,16 @@ void set_smem_limit(Kernel kernel, int bytes) {
     FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+// The deterministic dQ kernel (bwd_dq_kernel.cuh); also run after the Hopper dK/dV kernel.
+template <typename Tr>
+void launch_deterministic_dq(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
+  auto dq = dq_kernel<Tr>;
+  set_smem_limit(dq, Tr::kSmemDq);
+  const int m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  dq<<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, Tr::kSmemDq, stream>>>(p, ws);
+  FM_CHECK_LAUNCH("dq_kernel");
+}
+
 template <int kHeadDim, typename Element>
 void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
   using Tr = Traits<kHeadDim, Element>;
@@ -34,11 +44,7 @@ void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream)
   FM_CHECK_LAUNCH("dkdv_kernel");
 
   if (p.deterministic) {
-    auto dq = dq_kernel<Tr>;
-    set_smem_limit(dq, Tr::kSmemDq);
-    const int m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-    dq<<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, Tr::kSmemDq, stream>>>(p, ws);
-    FM_CHECK_LAUNCH("dq_kernel");
+    launch_deterministic_dq<Tr>(p, ws, stream);
   } else {
     const int m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     convert_dq_kernel<Tr><<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, 0, stream>>>(p, ws);

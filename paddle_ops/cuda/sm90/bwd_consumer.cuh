@@ -30,7 +30,9 @@ __device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
   return chunk * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
 }
 
-template <class Traits>
+// kWriteDq = false (deterministic mode): dK and dV only; dQ comes from the portable deterministic
+// kernel afterwards.
+template <class Traits, bool kWriteDq>
 __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>& kp,
                                                   typename Traits::SharedStorage& smem,
                                                   typename Traits::Pipeline& pipeline_q,
@@ -168,37 +170,43 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
 
-    // dS into shared memory (query-contiguous: adjacent query pairs are one 32-bit store), for the
-    // async proxy (wgmma) to read after the barrier.
-    Tensor ds = make_tensor(ds_frag.data(), acc_rowcol(acc_dp.layout()));
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kRows; ++i) {
-      const int key = wg * kWGKeys + get<0>(coord(i, 0));
+    if constexpr (kWriteDq) {
+      // dS into shared memory (query-contiguous: adjacent query pairs are one 32-bit store), for
+      // the async proxy (wgmma) to read after the barrier.
+      Tensor ds = make_tensor(ds_frag.data(), acc_rowcol(acc_dp.layout()));
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(ds); j += 2) {
-        cutlass::Array<Element, 2> pair;
-        pair[0] = ds(i, j);
-        pair[1] = ds(i, j + 1);
-        *reinterpret_cast<cutlass::Array<Element, 2>*>(&sdS(get<1>(coord(i, j)), key, ds_buffer)) = pair;
+      for (int i = 0; i < kRows; ++i) {
+        const int key = wg * kWGKeys + get<0>(coord(i, 0));
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(ds); j += 2) {
+          cutlass::Array<Element, 2> pair;
+          pair[0] = ds(i, j);
+          pair[1] = ds(i, j + 1);
+          *reinterpret_cast<cutlass::Array<Element, 2>*>(&sdS(get<1>(coord(i, j)), key, ds_buffer)) = pair;
+        }
       }
-    }
-    cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
 
-    // This warpgroup's dQ column chunks over all kBlockN keys; the first wait retires dV, dK too.
-    float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < Traits::kDqChunks; ++c) {
-      const int chunk = wg * Traits::kDqChunks + c;
-      Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
-      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
-      wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_buffer),
-                                                         thr_dq.partition_fragment_B(sKtc), acc_dq);
-      if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
-        pipeline_q.consumer_release(read);
-        pipeline_do.consumer_release(read);
+      // This warpgroup's dQ column chunks over all kBlockN keys; the first wait retires dV, dK too.
+      float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < Traits::kDqChunks; ++c) {
+        const int chunk = wg * Traits::kDqChunks + c;
+        Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
+        Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
+        wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_buffer),
+                                                           thr_dq.partition_fragment_B(sKtc), acc_dq);
+        if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
+          pipeline_q.consumer_release(read);
+          pipeline_do.consumer_release(read);
+        }
+        add_dq(dq_tile, chunk, acc_dq);
       }
-      add_dq(dq_tile, chunk, acc_dq);
+    } else {
+      warpgroup_wait<0>();
+      pipeline_q.consumer_release(read);
+      pipeline_do.consumer_release(read);
     }
     ++read;
     ds_buffer ^= 1;

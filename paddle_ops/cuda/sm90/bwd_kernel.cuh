@@ -1,6 +1,7 @@
 // The sm90a FlashMask backward kernel: one CTA per (key block, head_k, batch), one producer
 // warpgroup (TMA) and one or two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
 // The CTA visits only the tiles of its key block that are not fully masked (bwd_tiles.cuh).
+// kWriteDq = false (deterministic mode) leaves dQ to the portable deterministic kernel.
 #pragma once
 
 #include "bwd_consumer.cuh"
@@ -11,7 +12,7 @@
 namespace flashmask {
 namespace sm90 {
 
-template <class Traits>
+template <class Traits, bool kWriteDq>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     bwd_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    consume_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+    consume_bwd_tiles<Traits, kWriteDq>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
   }
 #endif
 }

@@ -25,7 +25,7 @@ bool device_runs_sm90_bwd() {
 }  // namespace
 
 bool bwd_sm90_selected(const BwdParams& p) {
-  const bool supported = (p.head_dim == 64 || p.head_dim == 128) && !p.deterministic &&
+  const bool supported = (p.head_dim == 64 || p.head_dim == 128) &&
                          (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
   const bool selected = sm90::forced_path() != 80 && supported && device_runs_sm90_bwd();
   static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
@@ -38,8 +38,8 @@ bool bwd_sm90_selected(const BwdParams& p) {
 
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
   // The workspace is carved once for both paths (../bwd_workspace.h): rows padded to a multiple of
-  // the 64-row query tile and an fp32 dQ accumulator.
-  if (ws.seqlen_q_pad % 64 != 0 || ws.dq_accum == nullptr)
+  // the 64-row query tile and an fp32 dQ accumulator unless deterministic.
+  if (ws.seqlen_q_pad % 64 != 0 || (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);
   const bool bf16 = p.dtype == DType::kBFloat16;

@@ -3,6 +3,7 @@
 // the bwd_hdim*_sm90.cu files.
 #pragma once
 
+#include "../bwd_launch_template.cuh"
 #include "../utils.cuh"
 #include "bwd_convert_dq.cuh"
 #include "bwd_kernel.cuh"
@@ -32,10 +33,17 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
       p,
       ws,
       p.softmax_scale * 1.4426950408889634f};
-  auto kernel = bwd_kernel<Traits>;
+  // Deterministic: dK/dV here (no atomics anywhere), dQ by the portable kernel that walks each query
+  // block's key blocks in ascending order.
+  auto kernel = p.deterministic ? bwd_kernel<Traits, false> : bwd_kernel<Traits, true>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   kernel<<<dim3(ws.n_blocks, p.heads_k, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::bwd_kernel");
+  if (p.deterministic) {
+    static_assert(bwd::Traits<kHeadDim, Element>::kBlockN == Traits::kBlockN, "one block-bounds summary serves both");
+    bwd::launch_deterministic_dq<bwd::Traits<kHeadDim, Element>>(p, ws, stream);
+    return;
+  }
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   bwd_convert_dq_kernel<Traits><<<dim3(m_blocks, p.heads_q, p.batch), 128 * Traits::kDqChunksTotal, 0, stream>>>(p, ws);
@@ -46,7 +54,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
 template <typename Element, int kHeadDim>
 bool bwd_sm90_kernel_built() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, bwd_kernel<BwdTraits<Element, kHeadDim>>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, bwd_kernel<BwdTraits<Element, kHeadDim>, true>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
