@@ -205,6 +205,11 @@ class Flex(Impl):
                      "accumulated_recompile_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 4096)
+        # The backward timing replays one graph (retain_graph=True); compiled graphs that donate
+        # their saved buffers refuse that (seen at 32K on torch 2.11), so no donation.
+        import torch._functorch.config
+        if hasattr(torch._functorch.config, "donated_buffer"):
+            torch._functorch.config.donated_buffer = False
         # _compile=True builds the block mask without materialising S x S (needed at 128K); torch
         # 2.11 marks the flag deprecated in favour of torch.compile(create_block_mask), same result
         warnings.filterwarnings("ignore", message="_compile flag on create_block_mask")
