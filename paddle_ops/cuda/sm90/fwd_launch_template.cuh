@@ -10,22 +10,12 @@
 #include <string>
 
 #include "../utils.cuh"
+#include "copy.cuh"
 #include "fwd_kernel.cuh"
 #include "fwd_sm90.h"
 
 namespace flashmask {
 namespace sm90 {
-
-template <class Traits, class SmemLayout, class Tile>
-auto make_tma_load(const TensorView& t, int32_t seqlen, int32_t heads, const FwdParams& p,
-                   SmemLayout smem_layout, Tile tile) {
-  using namespace cute;
-  using Element = typename Traits::Element;
-  Tensor g = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.data)),
-                         make_shape(seqlen, p.head_dim, heads, p.batch),
-                         make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout, tile, _1{});
-}
 
 // Whether the 64-row kernel runs persistent (fwd_tiles.cuh): for causal masks, where it measured
 // ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%), not for
@@ -62,11 +52,11 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
   using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM), 2, kPersistent>;
   using TileShapeQK = typename Traits::TileShapeQK;
   FwdKernelParams<Traits> kp{
-      make_tma_load<Traits>(p.q, p.seqlen_q, p.heads_q, p, typename Traits::SmemLayoutQ{},
+      make_tma_load<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, typename Traits::SmemLayoutQ{},
                                select<0, 2>(TileShapeQK{})),
-      make_tma_load<Traits>(p.k, p.seqlen_k, p.heads_k, p, take<0, 2>(typename Traits::SmemLayoutKV{}),
+      make_tma_load<Element>(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
                                select<1, 2>(TileShapeQK{})),
-      make_tma_load<Traits>(p.v, p.seqlen_k, p.heads_k, p, take<0, 2>(typename Traits::SmemLayoutKV{}),
+      make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
                                select<1, 2>(TileShapeQK{})),
       p,
       lists,

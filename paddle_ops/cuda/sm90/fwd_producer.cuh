@@ -4,23 +4,13 @@
 // their wgmma has read it, so a persistent CTA's next tile loads while this one finishes.
 #pragma once
 
+#include "copy.cuh"
 #include "fwd_params.cuh"
 #include "fwd_tiles.cuh"
 #include "fwd_traits.cuh"
 
 namespace flashmask {
 namespace sm90 {
-
-// 1-D bulk copy global -> shared completing on `mbar` (16-byte aligned, multiple of 16 bytes).
-__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
-                                              uint64_t* mbar) {
-  const uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
-  const uint32_t bar = (uint32_t)__cvta_generic_to_shared(mbar);
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(gmem_src), "r"(bytes), "r"(bar)
-      : "memory");
-}
 
 template <class Traits>
 __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
