@@ -12,14 +12,13 @@
 namespace flashmask {
 namespace {
 
-// The device is sm90 and this build has the sm_90a backward kernels (checked once).
+// The device is sm90 and this build has the sm_90a backward kernels.
 bool device_runs_sm90_bwd() {
-  if (!sm90::device_is_sm90()) return false;
-  static const bool built = sm90::bwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() &&
-                            sm90::bwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-                            sm90::bwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() &&
-                            sm90::bwd_sm90_kernel_built<cutlass::half_t, 64>();
-  return built;
+  return sm90::device_runs([] {
+    using sm90::bwd_sm90_kernel_built;
+    return bwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() && bwd_sm90_kernel_built<cutlass::half_t, 128>() &&
+           bwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && bwd_sm90_kernel_built<cutlass::half_t, 64>();
+  });
 }
 
 }  // namespace

@@ -30,7 +30,9 @@ import torch
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "gpu"))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 from gpu_harness import poisoned_outputs, fuzz_bounds  # noqa: E402
+from kernel_bench import doc_lengths  # noqa: E402  (documents uniform in [S/32, S/4])
 
 from flashmask_paddle import masks, reference  # noqa: E402
 from flashmask_paddle.torch import flashmask_attention  # noqa: E402
@@ -41,15 +43,6 @@ REL_TOL, LSE_TOL = 1e-2, 2e-2
 
 def mask_head_count(kind: str, hq: int, hk: int) -> int:
     return {"1": 1, "hk": hk, "hq": hq}[kind]
-
-
-def doc_lengths(rng, s):
-    lens, left = [], s
-    while left > 0:
-        n = int(min(left, rng.integers(max(1, s // 32), max(2, s // 4) + 1)))
-        lens.append(n)
-        left -= n
-    return lens
 
 
 def builder_mask(rng, name, s, batch, hm):
@@ -175,7 +168,6 @@ def bench(variants: dict, seqlens, mask_names, e2e: bool) -> None:
     events around the binding call, preprocessing included) for each env variant, all in this
     process; then the e2e-shaped forward (e2e_h200's packed 32K row, H=32), kernel times from
     torch.profiler."""
-    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     import kernel_bench as kb  # noqa: E402
     head_dim, heads = 128, 16
     for seqlen in seqlens:

@@ -12,15 +12,13 @@
 namespace flashmask {
 namespace {
 
-// Whether the current device is compute capability 9.0 and this build has its sm_90a forward
-// kernels (checked once, on the first sm90 device asked).
+// The device is sm90 and this build has the sm_90a forward kernels.
 bool device_runs_sm90() {
-  if (!sm90::device_is_sm90()) return false;
-  static const bool built = sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() &&
-                            sm90::fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-                            sm90::fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() &&
-                            sm90::fwd_sm90_kernel_built<cutlass::half_t, 64>();
-  return built;
+  return sm90::device_runs([] {
+    using sm90::fwd_sm90_kernel_built;
+    return fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() && fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
+           fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && fwd_sm90_kernel_built<cutlass::half_t, 64>();
+  });
 }
 
 }  // namespace

@@ -12,5 +12,14 @@ int forced_path();
 // driver call). Each dispatcher also checks that its own sm_90a kernels are in the build.
 bool device_is_sm90();
 
+// device_is_sm90() and `built()` (whether this build has the caller's sm_90a kernels), the latter
+// asked once per caller, on the first sm90 device (each lambda type has its own cache).
+template <class Built>
+bool device_runs(Built built) {
+  if (!device_is_sm90()) return false;
+  static const bool ok = built();
+  return ok;
+}
+
 }  // namespace sm90
 }  // namespace flashmask
