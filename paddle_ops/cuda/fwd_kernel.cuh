@@ -200,15 +200,6 @@ __device__ __forceinline__ void apply_mask(Scores& scores, Coords const& coords,
   }
 }
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // One online-softmax step: new row max (over the quad that shares a row), rescale of the running
 // sum and output, scores -> unnormalised probabilities. Row sums stay per-thread until the end.
 template <class Scores, class RowStat, class AccO>

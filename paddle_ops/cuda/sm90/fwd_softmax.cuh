@@ -16,15 +16,6 @@ namespace sm90 {
 
 using namespace cute;
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // Sets the masked elements of a partial tile to -inf. `coords` is the identity tensor partitioned
 // like `scores` (tile-local (row, col)); rows/cols are offset by the tile origin. Columns >= Sk are
 // masked too (their K rows were zero-filled by TMA). `columns` (nullptr without indices) holds the
