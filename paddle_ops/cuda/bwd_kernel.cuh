@@ -18,7 +18,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
   extern __shared__ __align__(128) char smem_raw[];
   const int tid = threadIdx.x;
-  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const KeyBlockCta cta = key_block_cta(p);
+  if (!cta.valid) return;
+  const int n_block = cta.n_block, hk = cta.head_k, b = cta.b;
   const int n0 = n_block * kBlockN;
   const int n_valid = min(kBlockN, p.seqlen_k - n0);
   const int group = p.heads_q / p.heads_k;

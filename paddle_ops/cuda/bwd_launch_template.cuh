@@ -40,7 +40,7 @@ void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream)
 
   auto dkdv = dkdv_kernel<Tr>;
   set_smem_limit(dkdv, Tr::kSmemDkdv);
-  dkdv<<<dim3(ws.n_blocks, p.heads_k, p.batch), Tr::kThreads, Tr::kSmemDkdv, stream>>>(p, ws);
+  dkdv<<<key_block_grid(p, ws), Tr::kThreads, Tr::kSmemDkdv, stream>>>(p, ws);
   FM_CHECK_LAUNCH("dkdv_kernel");
 
   if (p.deterministic) {

@@ -3,6 +3,9 @@
 // block range clipped by causality and by intervals that cover whole row ranges.
 #pragma once
 
+#include <stdexcept>
+#include <string>
+
 #include "flashmask/block.h"
 #include "flashmask/params.h"
 #include "bwd_workspace.h"
@@ -19,6 +22,38 @@ __device__ __forceinline__ BlockBounds key_block_bounds(const BwdParams& p, cons
 // This head's [Sk, C] slice of startend_row_indices, or nullptr when the call has none.
 __device__ __forceinline__ const int32_t* mask_slice_or_null(const BwdParams& p, int b, int head_q) {
   return p.mask_form.has_indices() ? p.mask_slice(b, head_q) : nullptr;
+}
+
+// The CTAs of the key-block kernels (the portable dK/dV kernel and the Hopper backward). Under
+// causal and global-token masks the first key blocks see the most query blocks. Head-major order
+// started the last heads' long CTAs near the end of the launch and left them running alone (the 32K
+// global + sliding window backward spent ~2 ms in that tail); fully key-block-major order starts
+// every head's long CTAs in the first wave but streams every head's Q and dO at once, past L2.
+// So the (head_k, batch) slices go in a few groups, one after the other, key block major inside
+// each: grid (slices per group, key blocks, groups), the last group padded with idle CTAs.
+struct KeyBlockCta {
+  int32_t n_block, head_k, b;
+  bool valid;  // false in the last group's padding: the CTA returns at once
+};
+
+// Four groups: at 32K (16 slices) the global + sliding window tail stays gone (every group's long
+// CTAs start within the first quarter of the launch) and causal keeps its L2 reuse of Q and dO
+// (H200, bwd TF/s against one group: 32K causal 470 vs 456, global + sliding 348 vs 351; sixteen
+// groups, i.e. head-major: 472 and 298).
+constexpr int kKeyBlockSliceGroups = 4;
+
+inline dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
+  if (ws.n_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128
+    throw std::invalid_argument("flashmask backward: seqlen_k too long for the key-block grid (" +
+                                std::to_string(p.seqlen_k) + " keys)");
+  const int slices = p.heads_k * p.batch;
+  const int per_group = (slices + kKeyBlockSliceGroups - 1) / kKeyBlockSliceGroups;
+  return dim3(unsigned(per_group), unsigned(ws.n_blocks), unsigned((slices + per_group - 1) / per_group));
+}
+
+__device__ __forceinline__ KeyBlockCta key_block_cta(const BwdParams& p) {
+  const int32_t slice = int32_t(blockIdx.z * gridDim.x + blockIdx.x);
+  return {int32_t(blockIdx.y), slice % p.heads_k, slice / p.heads_k, slice < p.heads_k * p.batch};
 }
 
 // The query blocks [m_begin, m_end) that can see key block [n0, n_end): clipped by causality and by

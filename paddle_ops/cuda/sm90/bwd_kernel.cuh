@@ -20,8 +20,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
-  // Causal: the first key blocks see the most query blocks; they start first.
-  const int32_t n_block = blockIdx.x, head_k = blockIdx.y, b = blockIdx.z;
+  const bwd::KeyBlockCta cta = bwd::key_block_cta(kp.p);  // first key blocks first (bwd_tile_range.cuh)
+  if (!cta.valid) return;
+  const int32_t n_block = cta.n_block, head_k = cta.head_k, b = cta.b;
 
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());

@@ -37,7 +37,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   // block's key blocks in ascending order.
   auto kernel = p.deterministic ? bwd_kernel<Traits, false> : bwd_kernel<Traits, true>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  kernel<<<dim3(ws.n_blocks, p.heads_k, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  kernel<<<bwd::key_block_grid(p, ws), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::bwd_kernel");
   if (p.deterministic) {
     static_assert(bwd::Traits<kHeadDim, Element>::kBlockN == Traits::kBlockN, "one block-bounds summary serves both");
