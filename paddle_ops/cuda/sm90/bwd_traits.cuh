@@ -11,6 +11,7 @@
 //   dK_w += dS^T Q        (RS)
 //   dQ[:, chunk] = dS K[:, chunk]     (SS: dS from shared memory, written by every warpgroup)
 // so P and dS never leave registers for dV/dK, and dQ needs one exchange through shared memory.
+// dQ leaves through shared memory too, by one bulk reduce-add per warpgroup and step.
 // Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
 #pragma once
 
@@ -43,7 +44,7 @@ struct BwdTraits {
   static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // One CTA per SM (160 KB of smem at D=128). A 64-key, one-warpgroup variant with two CTAs per
+  // One CTA per SM (192 KB of smem at D=128). A 64-key, one-warpgroup variant with two CTAs per
   // SM was slower on every mask measured (bwd_notes.md).
   static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
@@ -112,6 +113,8 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
+    // dQ of one step in the dq_accum tile's layout, bulk-reduced into global memory.
+    cute::array_aligned<float, kBlockM * kHeadDim, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
     typename Pipeline::SharedStorage pipeline_q;

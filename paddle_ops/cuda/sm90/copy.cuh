@@ -1,5 +1,6 @@
-// Global -> shared copies of the sm90 kernels: TMA descriptors over the caller's [B, S, H, D]
-// strides, and 1-D bulk copies of small row vectors that ride on a pipeline stage's mbarrier.
+// Bulk copies of the sm90 kernels: TMA descriptors over the caller's [B, S, H, D] strides, 1-D bulk
+// copies of small row vectors that ride on a pipeline stage's mbarrier, and the 1-D bulk reduce-add
+// that moves the backward's fp32 dQ from shared to global memory.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -18,6 +19,16 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_s
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
       "l"(gmem_src), "r"(bytes), "r"(bar)
       : "memory");
+}
+
+// 1-D bulk reduce-add shared -> global of fp32 values (16-byte aligned, multiple of 16 bytes), in
+// the calling thread's bulk group: cute::tma_store_arrive() commits it, cute::tma_store_wait<0>()
+// waits until the shared source has been read.
+__device__ __forceinline__ void bulk_reduce_add_s2g(float* gmem_dst, const float* smem_src, uint32_t bytes) {
+  const uint32_t src = (uint32_t)__cvta_generic_to_shared(smem_src);
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem_dst),
+               "r"(src), "r"(bytes)
+               : "memory");
 }
 
 // TMA load of `tile` (rows, head_dim) boxes of `t` seen as (seqlen, head_dim, heads, batch) with
