@@ -8,7 +8,9 @@ cuDNN and FlashAttention-2 (torch SDPA backends, only where they can express the
 
 Method (DESIGN.md §7): B·S = --tokens (32K) tokens (B = 1 from 32K up), Hq = --heads (16); per row
 of the matrix the same random inputs for every implementation; forward and backward timed
-separately with CUDA events, median of --reps after --warmup calls and at least --warmup-s seconds
+separately with CUDA events around each of --reps calls queued back to back (GPU time per call; the
+host's launch overhead is hidden, as with triton's do_bench; the end-to-end benchmark keeps it),
+median, after --warmup calls and at least --warmup-s seconds
 of back-to-back calls (compilation and autotuning happen in warm-up and are reported as compile_s;
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
 H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our time includes the mask preprocessing (it runs
@@ -170,13 +172,19 @@ def time_ms(torch, fn, warmup: int, reps: int) -> float:
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
         return float(np.median(times))
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # Calls queued back to back, one event pair around each, one sync at the end: the host runs
+    # ahead, so each pair brackets the GPU time of one call and not the host's launch overhead
+    # (as triton's do_bench). A sync per call put the Python side of every call (ours: argument
+    # checks, workspace allocation, five launches; Flex: guards) inside the window, which on a
+    # ~1 ms call moved with the host CPU by 10-20% between machines.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    sync(torch)
+    times = [start.elapsed_time(end) for start, end in events]
     return float(np.median(times))
 
 
@@ -494,7 +502,7 @@ def main(argv=None) -> int:
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
             "commit": _commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "method": "median of reps after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
+            "method": "median of reps queued back to back (GPU time per call) after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
             "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps, "seed": args.seed, "tokens": args.tokens}
     rows = []
