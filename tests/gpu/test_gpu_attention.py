@@ -56,6 +56,14 @@ def test_head_dims(form, head_dim, dtype):
     check(fuzzed_case(form, seed_offset=head_dim, seqlen_q=257, seqlen_k=201, head_dim=head_dim, dtype=dtype))
 
 
+@pytest.mark.parametrize("form", FORMS, ids=form_id)
+def test_head_dim_256_every_form(form):
+    """Head dim 256 has its own Hopper forward shape (128 x 64 tiles, fwd_sm90.h): every form, with
+    GQA, mask heads = Hk and Sq != Sk, lengths off every tile size."""
+    check(fuzzed_case(form, seed_offset=256, seqlen_q=333, seqlen_k=270, heads_q=4, heads_k=2, mask_heads=2,
+                      head_dim=256, dtype="bf16"))
+
+
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2), (4, 1)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
 @pytest.mark.parametrize("mask_heads", ["1", "Hk", "Hq"])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2)], ids=form_id)

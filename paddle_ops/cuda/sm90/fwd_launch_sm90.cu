@@ -17,13 +17,15 @@ bool device_runs_sm90() {
   return sm90::device_runs([] {
     using sm90::fwd_sm90_kernel_built;
     return fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() && fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-           fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && fwd_sm90_kernel_built<cutlass::half_t, 64>();
+           fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && fwd_sm90_kernel_built<cutlass::half_t, 64>() &&
+           fwd_sm90_kernel_built<cutlass::bfloat16_t, 256>() && fwd_sm90_kernel_built<cutlass::half_t, 256>();
   });
 }
 
 }  // namespace
 
 int sm90::fwd_block_m(const FwdParams& p) {
+  if (p.head_dim > 128) return 128;  // the only instantiated shape at head_dim 256
   const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
   if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
@@ -31,7 +33,7 @@ int sm90::fwd_block_m(const FwdParams& p) {
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {
-  const bool supported = (p.head_dim == 64 || p.head_dim == 128) && p.seqlen_k > 0 &&
+  const bool supported = (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.seqlen_k > 0 &&
                          (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
   // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (NOTES.md).
   constexpr bool kDefaultOn = true;
@@ -50,15 +52,15 @@ bool fwd_sm90_selected(const FwdParams& p) {
 // The block lists' workspace, then 256 bytes whose first int32 counts persistent tile claims.
 size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
   const int m = sm90::fwd_block_m(p);
-  return fwd_block_lists_workspace_bytes(p, m, sm90::fwd_block_n(m)) + 256;
+  return fwd_block_lists_workspace_bytes(p, m, sm90::fwd_block_n(m, p.head_dim)) + 256;
 }
 
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   const int block_m = sm90::fwd_block_m(p);
-  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m), workspace, stream);
+  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m, p.head_dim), workspace, stream);
   if (lists.num_m_blocks == 0) return;
   auto* tile_counter = reinterpret_cast<int32_t*>(
-      static_cast<char*>(workspace) + fwd_block_lists_workspace_bytes(p, block_m, sm90::fwd_block_n(block_m)));
+      static_cast<char*>(workspace) + fwd_block_lists_workspace_bytes(p, block_m, sm90::fwd_block_n(block_m, p.head_dim)));
   const bool bf16 = p.dtype == DType::kBFloat16;
   if (p.head_dim == 128) {
     bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 128>(p, lists, block_m, tile_counter, stream)
@@ -66,8 +68,11 @@ void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   } else if (p.head_dim == 64) {
     bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 64>(p, lists, block_m, tile_counter, stream)
          : sm90::run_fwd_sm90_kernel<cutlass::half_t, 64>(p, lists, block_m, tile_counter, stream);
+  } else if (p.head_dim == 256) {
+    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 256>(p, lists, block_m, tile_counter, stream)
+         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 256>(p, lists, block_m, tile_counter, stream);
   } else {
-    throw std::runtime_error("flashmask run_fwd_sm90: head_dim must be 64 or 128, got " +
+    throw std::runtime_error("flashmask run_fwd_sm90: head_dim must be 64, 128 or 256, got " +
                              std::to_string(p.head_dim));
   }
 }

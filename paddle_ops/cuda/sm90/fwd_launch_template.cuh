@@ -49,7 +49,7 @@ template <typename Element, int kHeadDim, int kBlockM, bool kPersistent = false>
 void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_counter,
                 cudaStream_t stream) {
   using namespace cute;
-  using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM), 2, kPersistent>;
+  using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM, kHeadDim), 2, kPersistent>;
   using TileShapeQK = typename Traits::TileShapeQK;
   FwdKernelParams<Traits> kp{
       make_tma_load<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, typename Traits::SmemLayoutQ{},
@@ -88,12 +88,19 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int blo
                          int32_t* tile_counter, cudaStream_t stream) {
   if (block_m == 128) {
     launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, stream);
-  } else if (block_m == 64) {
-    use_persistent(p) ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, stream)
-                      : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, stream);
-  } else {
-    throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 64 or 128");
+    return;
   }
+  // No 64-row shape at head_dim 256 (fwd_block_m() never asks): Q, K and V would not leave room
+  // for a second CTA on the SM, which is what that shape is for.
+  if constexpr (kHeadDim <= 128) {
+    if (block_m == 64) {
+      use_persistent(p) ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, stream)
+                        : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, stream);
+      return;
+    }
+  }
+  throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, or 64 below head_dim 256; got " +
+                           std::to_string(block_m));
 }
 
 // Whether this build carries sm_90a machine code for the kernel on the current device (a build
@@ -101,7 +108,8 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int blo
 template <typename Element, int kHeadDim>
 bool fwd_sm90_kernel_built() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, fwd_kernel<FwdTraits<Element, kHeadDim>>) != cudaSuccess) {
+  using Traits = FwdTraits<Element, kHeadDim, 128, fwd_block_n(128, kHeadDim)>;  // always instantiated
+  if (cudaFuncGetAttributes(&attr, fwd_kernel<Traits>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }

@@ -16,18 +16,20 @@
 namespace flashmask {
 
 // True when this problem runs on the sm90 path: the current device has compute capability 9.0,
-// the sm_90a kernels are in this build, head_dim is 64 or 128 and Sk > 0 (other cases take the
-// portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90 turns it on.
+// the sm_90a kernels are in this build, head_dim is 64, 128 or 256 and Sk > 0 (other cases take
+// the portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90 turns it on.
 bool fwd_sm90_selected(const FwdParams& p);
 size_t fwd_sm90_workspace_bytes(const FwdParams& p);
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream);
 
 namespace sm90 {
 // Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention, 64 (one
-// warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh).
-// FLASHMASK_SM90_BLOCK_M=64|128 overrides (measurements). Key tile: fwd_block_n(block_m).
+// warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
+// always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
 int fwd_block_m(const FwdParams& p);
-constexpr int fwd_block_n(int block_m) { return block_m; }
+// Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
+// shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
+constexpr int fwd_block_n(int block_m, int head_dim) { return head_dim > 128 ? 64 : block_m; }
 // One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
 // (block_m, fwd_block_n(block_m)). `tile_counter`: one int32 of workspace for persistent CTAs'
 // tile claims (zeroed here before such a launch).

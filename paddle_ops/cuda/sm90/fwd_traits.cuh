@@ -6,6 +6,7 @@
 // - 128 x 128, two consumer warpgroups (64 rows each, the wgmma M), one CTA per SM: Q (32 KB at
 //   D=128) resident, K and V in kStages-deep TMA rings (2 x 32 KB each): 160 KB. Per consumer
 //   thread at D=128: S 64 + O 64 + P 32 registers, inside the 240 of setmaxnreg. Dense and causal.
+// - 128 x 64 at D=256: Q 64 KB, K and V rings 2 x 2 x 32 KB: 194 KB; O 128 + S 32 + P 16 registers.
 // - 64 x 64, one consumer warpgroup, two CTAs per SM (80 KB smem, 32768 registers each): for
 //   sparse index masks, whose short block lists leave a lone CTA idle in its prologue/epilogue.
 //   Persistent variant (Q double-buffered, 96 KB) for causal index masks.

@@ -1,0 +1,8 @@
+// sm90a forward instantiation: bf16, head dim 256 (one per file: small TUs build in parallel).
+#include "fwd_launch_template.cuh"
+
+namespace flashmask {
+namespace sm90 {
+FM_SM90_FWD_INSTANTIATE(cutlass::bfloat16_t, 256)
+}  // namespace sm90
+}  // namespace flashmask
