@@ -43,5 +43,15 @@ auto make_tma_load(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_
   return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout, tile, _1{});
 }
 
+// TMA store of `tile` boxes into `t` (same view as make_tma_load); rows past `seqlen` are clipped.
+template <typename Element, class SmemLayout, class Tile>
+auto make_tma_store(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch,
+                    SmemLayout smem_layout, Tile tile) {
+  using namespace cute;
+  Tensor g = make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)), make_shape(seqlen, head_dim, heads, batch),
+                         make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
+  return make_tma_copy(SM90_TMA_STORE{}, g, smem_layout, tile, _1{});
+}
+
 }  // namespace sm90
 }  // namespace flashmask

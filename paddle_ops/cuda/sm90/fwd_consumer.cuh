@@ -63,7 +63,8 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     OnlineSoftmax<kRows> softmax(kp.scale_log2);
 
     pipeline_q.consumer_wait(read_q);
-    auto tSrQ_t = tSrQ(_, _, _, read_q.index());
+    const int q_stage = read_q.index();
+    auto tSrQ_t = tSrQ(_, _, _, q_stage);
     // Intra-warpgroup overlap (FlashAttention-3): S_i = Q K_i^T and O += P_{i-1} V_{i-1} are
     // issued together; the softmax of S_i runs while the PV wgmma is still in flight, and O is
     // rescaled only after it retires. P_{i-1} lives in its own registers, so S_i can be
@@ -116,7 +117,8 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       int32_t i = 1;
       for (; i < num_partial; ++i) visit(i, cute::true_type{});
       for (; i < num_entries; ++i) visit(i, cute::false_type{});
-      // Every QK wgmma has retired: Q's stage is free for the tile after next.
+      // Every QK wgmma has retired: Q's stage is free for the tile after next (persistent CTAs) or
+      // for this tile's output (one tile per CTA: fwd_epilogue.cuh).
       pipeline_q.consumer_release(read_q);
       // Last block's PV.
       pipeline_v.consumer_wait(read_v);
@@ -129,7 +131,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
 
     float lse[kRows];
     softmax.finish(acc_o, p.softmax_scale, lse);
-    store_output<Traits>(p, acc_o, thr_pv, lse, tile.m_block, tile.head_q, tile.b, tidx);
+    store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head_q, tile.b, tidx);
   }
 }
 

@@ -58,6 +58,8 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
                                select<1, 2>(TileShapeQK{})),
       make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
                                select<1, 2>(TileShapeQK{})),
+      make_tma_store<Element>(p.out, p.seqlen_q, p.head_dim, p.heads_q, p.batch, typename Traits::SmemLayoutQ{},
+                              select<0, 2>(TileShapeQK{})),
       p,
       lists,
       MaskSlices::of(p),

@@ -1,5 +1,5 @@
-// What the sm90 forward kernel receives (__grid_constant__): the TMA descriptors built from the
-// caller's strides, the problem (FwdParams) and the preprocessing's block lists.
+// What the sm90 forward kernel receives (__grid_constant__): the TMA descriptors (Q, K, V loads,
+// the O store) built from the caller's strides, the problem (FwdParams) and the preprocessing's block lists.
 #pragma once
 
 #include "flashmask/params.h"
@@ -13,6 +13,7 @@ struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;
   FwdParams p;
   FwdBlockLists lists;
   MaskSlices slices;

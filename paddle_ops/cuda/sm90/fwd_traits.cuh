@@ -98,6 +98,13 @@ struct FwdTraits {
                                       select<0, 2>(TileShapeQK{}), _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        select<1, 2>(TileShapeQK{}), _1{}));
+  // The output leaves through the tile's own Q stage (same shape and swizzle): stmatrix from the
+  // accumulators, then one TMA store, which also clips rows past Sq.
+  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemShape{},
+                                             GmemStride{}));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutQ{},
+                                      select<0, 2>(TileShapeQK{}), _1{}));
+  using SmemCopyAtomO = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
