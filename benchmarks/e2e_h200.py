@@ -18,6 +18,9 @@ Reported per (sequence length, attention): tokens/s over real tokens (padding ex
 step time, the share of the step spent in attention (attention fwd+bwd timed alone on the same
 shapes and masks, times the layer count, over the step time), peak device memory, mask bytes, first
 loss (the three must agree), and attention TFLOP/s over exactly the unmasked pairs (DESIGN.md §7).
+Then flashmask and Flex head to head (head_to_head()): alternating step by step in one training
+run, ABBA order, so that drift falls on both; the bar's "not slower than Flex" reads its median
+paired ratio.
 
   python benchmarks/e2e_h200.py                       # the real run (CUDA): 32K then 8K
   python benchmarks/e2e_h200.py --smoke               # tiny CPU run: checks the script end to end
