@@ -5,6 +5,7 @@
 #pragma once
 
 #include "bwd_consumer.cuh"
+#include "copy.cuh"
 #include "bwd_params.cuh"
 #include "bwd_producer.cuh"
 #include "bwd_traits.cuh"
@@ -31,11 +32,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
     smem.barrier_kv.init(1);
   }
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = Traits::kQBytes;  // Q and dO tiles are the same size
-  pp.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = Traits::kConsumerThreads;
+  // Q and dO tiles are the same size.
+  const auto pp = tma_pipeline_params<Pipeline>(Traits::kQBytes, warp_group == 0, Traits::kConsumerThreads);
   Pipeline pipeline_q(smem.pipeline_q, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_do(smem.pipeline_do, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barrier initialisation visible to every thread

@@ -1,6 +1,7 @@
-// Bulk copies of the sm90 kernels: TMA descriptors over the caller's [B, S, H, D] strides, 1-D bulk
-// copies of small row vectors that ride on a pipeline stage's mbarrier, and the 1-D bulk reduce-add
-// that moves the backward's fp32 dQ from shared to global memory.
+// Bulk copies of the sm90 kernels: TMA descriptors over the caller's [B, S, H, D] strides, the
+// parameters of the TMA pipelines they feed, 1-D bulk copies of small row vectors that ride on a
+// pipeline stage's mbarrier, and the 1-D bulk reduce-add that moves the backward's fp32 dQ from
+// shared to global memory.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -31,26 +32,41 @@ __device__ __forceinline__ void bulk_reduce_add_s2g(float* gmem_dst, const float
                : "memory");
 }
 
-// TMA load of `tile` (rows, head_dim) boxes of `t` seen as (seqlen, head_dim, heads, batch) with
-// head_dim contiguous; rows past `seqlen` are zero-filled by the hardware.
+// `t` as TMA sees it: (seqlen, head_dim, heads, batch), head_dim contiguous. Element may be const.
+template <typename Element>
+auto tma_view(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch) {
+  using namespace cute;
+  return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)), make_shape(seqlen, head_dim, heads, batch),
+                     make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
+}
+
+// TMA load of `tile` (rows, head_dim) boxes of `t`; rows past `seqlen` are zero-filled by the hardware.
 template <typename Element, class SmemLayout, class Tile>
 auto make_tma_load(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch,
                    SmemLayout smem_layout, Tile tile) {
-  using namespace cute;
-  Tensor g = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.data)),
-                         make_shape(seqlen, head_dim, heads, batch),
-                         make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout, tile, _1{});
+  return cute::make_tma_copy(cute::SM90_TMA_LOAD{}, tma_view<Element const>(t, seqlen, head_dim, heads, batch),
+                             smem_layout, tile, cute::_1{});
 }
 
-// TMA store of `tile` boxes into `t` (same view as make_tma_load); rows past `seqlen` are clipped.
+// TMA store of `tile` boxes into `t`; rows past `seqlen` are clipped by the hardware.
 template <typename Element, class SmemLayout, class Tile>
 auto make_tma_store(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch,
                     SmemLayout smem_layout, Tile tile) {
-  using namespace cute;
-  Tensor g = make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)), make_shape(seqlen, head_dim, heads, batch),
-                         make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
-  return make_tma_copy(SM90_TMA_STORE{}, g, smem_layout, tile, _1{});
+  return cute::make_tma_copy(cute::SM90_TMA_STORE{}, tma_view<Element>(t, seqlen, head_dim, heads, batch),
+                             smem_layout, tile, cute::_1{});
+}
+
+// Parameters of a TMA pipeline (cutlass PipelineTmaAsync) whose stages each carry `bytes`: thread 0
+// issues the loads, `consumers` threads read the stages.
+template <class Pipeline>
+__device__ __forceinline__ typename Pipeline::Params tma_pipeline_params(uint32_t bytes, bool producer,
+                                                                          int consumers) {
+  typename Pipeline::Params params;
+  params.transaction_bytes = bytes;
+  params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  params.is_leader = threadIdx.x == 0;
+  params.num_consumers = consumers;
+  return params;
 }
 
 }  // namespace sm90

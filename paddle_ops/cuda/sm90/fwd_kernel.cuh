@@ -4,6 +4,7 @@
 // (fwd_tiles.cuh), visiting only the key blocks on each query block's list.
 #pragma once
 
+#include "copy.cuh"
 #include "fwd_consumer.cuh"
 #include "fwd_params.cuh"
 #include "fwd_producer.cuh"
@@ -28,18 +29,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_o.get_tma_descriptor());
   }
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = Traits::kKVBytes;
-  pp.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = Traits::kConsumerThreads;
+  const auto pp = tma_pipeline_params<Pipeline>(Traits::kKVBytes, producer, Traits::kConsumerThreads);
   Pipeline pipeline_k(smem.pipeline_k, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_v(smem.pipeline_v, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});
-  typename PipelineQ::Params pq;
-  pq.transaction_bytes = Traits::kQBytes;
-  pq.role = producer ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;
-  pq.is_leader = threadIdx.x == 0;
-  pq.num_consumers = Traits::kConsumerThreads;
+  const auto pq = tma_pipeline_params<PipelineQ>(Traits::kQBytes, producer, Traits::kConsumerThreads);
   PipelineQ pipeline_q(smem.pipeline_q, pq, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   TilePipeline::Params pt;
   pt.role = producer ? TilePipeline::ThreadCategory::Producer : TilePipeline::ThreadCategory::Consumer;
