@@ -389,6 +389,13 @@ def attention_alone(torch, impl, batches, masks, shape, dtype, device, reps):
     return statistics.median(fwd), statistics.median(fwd_bwd), holder["out"].detach().float()
 
 
+def fresh_start(torch, model, init_state):
+    """The initial weights back in `model` and a new optimizer over them: every training run of
+    this benchmark starts from the same state."""
+    model.load_state_dict(init_state)
+    return torch.optim.AdamW(model.parameters(), lr=1e-5, fused=torch.cuda.is_available())
+
+
 def train_step(torch, model, opt, batch, mask_entry):
     """Seconds and loss of one training step with model.attention on this batch."""
     model.attention.activate(mask_entry)
@@ -425,8 +432,7 @@ def head_to_head(torch, model, init_state, pair, batches, pairs):
     first. Returns each attention's step times and the per-pair ratios b / a."""
     a, b = pair
     masks = {impl.name: [impl.prepare(bt) for bt in batches] for impl in pair}
-    model.load_state_dict(init_state)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=torch.cuda.is_available())
+    opt = fresh_start(torch, model, init_state)
     times = {a.name: [], b.name: []}
     for k in range(pairs + 1):
         step_in_pair = {}
@@ -479,9 +485,8 @@ def burn_in(torch, model, init_state, impls, batches, steps):
         return
     impl = impls[0]
     masks = [impl.prepare(b) for b in batches]
-    model.load_state_dict(init_state)
+    opt = fresh_start(torch, model, init_state)
     model.attention = impl
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=torch.cuda.is_available())
     train_steps(torch, model, opt, batches, masks, steps, 0, lambda *a: None)
     del opt, masks
     model.load_state_dict(init_state)
@@ -520,10 +525,8 @@ def run_seqlen(torch, shape, plan, seqlen, lengths, device, dtype, impls, model,
             else:
                 rel = float((out - ref_out).norm() / ref_out.norm())
             del out
-            model.load_state_dict(init_state)  # every attention starts from the same weights
+            opt = fresh_start(torch, model, init_state)
             model.attention = impl
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-5,
-                                    fused=torch.cuda.is_available())
             reset_peak(torch)
             bar = progress_bar(f"{seq_label(seqlen)} {impl.name}", plan.warmup + plan.steps)
             times, loss0 = train_steps(torch, model, opt, batches, masks, plan.warmup, plan.steps,
