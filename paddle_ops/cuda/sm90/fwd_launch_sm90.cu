@@ -56,11 +56,11 @@ size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
 }
 
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
-  const int block_m = sm90::fwd_block_m(p);
-  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m, p.head_dim), workspace, stream);
+  const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, p.head_dim);
+  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, block_n, workspace, stream);
   if (lists.num_m_blocks == 0) return;
-  auto* tile_counter = reinterpret_cast<int32_t*>(
-      static_cast<char*>(workspace) + fwd_block_lists_workspace_bytes(p, block_m, sm90::fwd_block_n(block_m, p.head_dim)));
+  auto* tile_counter = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) +
+                                                  fwd_block_lists_workspace_bytes(p, block_m, block_n));
   const bool bf16 = p.dtype == DType::kBFloat16;
   if (p.head_dim == 128) {
     bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 128>(p, lists, block_m, tile_counter, stream)
