@@ -56,12 +56,27 @@ def test_head_dims(form, head_dim, dtype):
     check(fuzzed_case(form, seed_offset=head_dim, seqlen_q=257, seqlen_k=201, head_dim=head_dim, dtype=dtype))
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
 @pytest.mark.parametrize("form", FORMS, ids=form_id)
-def test_head_dim_256_every_form(form):
-    """Head dim 256 has its own Hopper forward shape (128 x 64 tiles, fwd_sm90.h): every form, with
-    GQA, mask heads = Hk and Sq != Sk, lengths off every tile size."""
+def test_head_dim_256_every_form(form, deterministic):
+    """Head dim 256 has its own Hopper shapes (forward 128 x 64 tiles, fwd_sm90.h; backward 64-key
+    CTAs whose warpgroups split the head dim, sm90/bwd_traits.cuh): every form, with GQA, mask
+    heads = Hk and Sq != Sk, lengths off every tile size, both dQ modes."""
     check(fuzzed_case(form, seed_offset=256, seqlen_q=333, seqlen_k=270, heads_q=4, heads_k=2, mask_heads=2,
-                      head_dim=256, dtype="bf16"))
+                      head_dim=256, dtype="bf16", deterministic=deterministic))
+
+
+@pytest.mark.parametrize("persistent", ["0", "1"])
+@pytest.mark.parametrize("form", [(True, 1), (False, 4)], ids=form_id)
+def test_more_query_tiles_than_persistent_ctas(form, persistent, monkeypatch):
+    """352 query tiles of 64 rows against the Hopper forward's persistent grid (2 CTAs x 132 SMs on
+    the H200): each persistent CTA claims several tiles and its Q / K / V rings wrap from one tile
+    into the next (empty key lists and partial tiles among them). Elsewhere: the same case, once per
+    setting."""
+    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", "64")
+    monkeypatch.setenv("FLASHMASK_SM90_PERSISTENT", persistent)
+    check(fuzzed_case(form, seed_offset=700, batch=1, seqlen_q=700, heads_q=32, heads_k=8, mask_heads=8,
+                      head_dim=64))
 
 
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2), (4, 1)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")

@@ -1,9 +1,10 @@
-// A consumer warpgroup of the sm90 backward: owns 64 keys of the CTA's key block (bwd_traits.cuh)
-// and, per visited tile, computes S^T and dP^T (SS wgmma), P^T and dS^T in fp32 registers (element
-// mask on partial tiles only), accumulates dV and dK with P^T / dS^T straight from registers (RS
-// wgmma), and, after exchanging dS with the other warpgroup through shared memory, computes its
-// columns of dQ = dS K and adds them to the fp32 workspace with one bulk reduce-add from shared
-// memory. dK, dV leave at the end, once per CTA (bwd_epilogue.cuh).
+// A consumer warpgroup of the sm90 backward: owns 64 keys of the CTA's key block and their dK, dV
+// columns (all of them, or its half of the head dim at D = 256: bwd_traits.cuh) and, per visited
+// tile, computes S^T and dP^T (SS wgmma), P^T and dS^T in fp32 registers (element mask on partial
+// tiles only), accumulates dV and dK with P^T / dS^T straight from registers (RS wgmma), and, once
+// dS is in shared memory, computes its columns of dQ = dS K and adds them to the fp32 workspace
+// (one bulk reduce-add from shared memory, or float4 atomics at D = 256). dK, dV leave at the end,
+// once per CTA (bwd_epilogue.cuh).
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -20,10 +21,10 @@
 namespace flashmask {
 namespace sm90 {
 
-// Named barriers: both halves of dS are in shared memory (the two consumer warpgroups); a
-// warpgroup's dQ columns are in shared memory (that warpgroup, ids 2 and 3).
+// Named barriers: both halves of dS are in shared memory (the two consumer warpgroups); one
+// warpgroup's own stores (its dS copy at D = 256, its dQ columns) are (that warpgroup, ids 2 and 3).
 constexpr uint32_t kBarrierDsReady = 1;
-constexpr uint32_t kBarrierDqStored = 2;
+constexpr uint32_t kBarrierWarpgroup = 2;
 
 // Where value i of a consumer thread's accumulator of dQ column chunk `chunk` lives in the
 // dq_accum tile of its query block (and in its shared-memory image): each chunk is a contiguous
@@ -45,7 +46,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kD = Traits::kHeadDim;
-  constexpr int kWGKeys = Traits::kWGKeys;
+  constexpr int kWGKeys = Traits::kWGKeys, kWGCols = Traits::kWGCols;
+  constexpr bool kSplitHeadDim = Traits::kSplitHeadDim;
   const BwdParams& p = kp.p;
   const bwd::Workspace& ws = kp.ws;
   const int wg = threadIdx.x / 128 - 1;  // consumer warpgroup 0 .. kConsumerWGs-1
@@ -66,46 +68,53 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
-  // This warpgroup's keys.
-  Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(wg, _0{}));
-  Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(wg, _0{}));
+  // This warpgroup's keys and dK / dV columns.
+  const int key_slice = kSplitHeadDim ? 0 : wg, col_slice = kSplitHeadDim ? wg : 0;
+  Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
+  Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
+  const auto cols_w = Shape<Int<kWGCols>, Int<kBlockM>, Int<Traits::kStages>>{};
+  Tensor sdOtw = local_tile(sdOt, cols_w, make_coord(col_slice, _0{}, _0{}));
+  Tensor sQtw = local_tile(sQt, cols_w, make_coord(col_slice, _0{}, _0{}));
 
   Tensor tSrK = thr_sdp.partition_fragment_A(sKw);
   Tensor tSrV = thr_sdp.partition_fragment_A(sVw);
   Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, MMA_N, MMA_K, stage)
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, stage)
-  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
-  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOtw);
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQtw);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffer)
   // (key, query) of each S^T / dP^T accumulator value, tile-local.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
   constexpr int kRows = decltype(size<0>(coord))::value;  // keys held by this thread
 
-  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kD>>{});
-  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kD>>{});
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kWGCols>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kWGCols>>{});
   clear(acc_dk);
   clear(acc_dv);
 
-  const int32_t key0 = n_block * kBlockN + wg * kWGKeys;  // first key of this warpgroup
+  const int32_t key0 = n_block * kBlockN + key_slice * kWGKeys;  // first key of this warpgroup
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   // This thread's keys' column bounds, reloaded when the head's mask slice changes. Keys >= Sk
   // mask every row.
   ColumnBounds columns[kRows];
   const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
 
-  // This warpgroup's dQ chunks leave through shared memory: stored in the dq_accum layout, then
-  // added to the fp32 workspace by one bulk reduce-add that thread 0 issues, so no consumer waits
-  // on atomics draining (at 8K causal, 12.5% of the stall samples sat on the float4 atomics'
-  // registers at the top of the next step).
+  // This warpgroup's dQ chunks leave through shared memory where it has room (kDqViaSmem): stored
+  // in the dq_accum layout, then added to the fp32 workspace by one bulk reduce-add that thread 0
+  // issues, so no consumer waits on atomics draining (at 8K causal, D=128, 12.5% of the stall
+  // samples sat on the float4 atomics' registers at the top of the next step). Else float4 atomics
+  // in the same layout.
   constexpr int kWGDqFloats = Traits::kDqChunks * kBlockM * Traits::kDqCols;
   float* sdq = smem.dq.data() + wg * kWGDqFloats;
-  auto store_dq = [&](int c, auto const& acc_dq) {
+  auto add_dq = [&](float* dst, int c, auto const& acc_dq) {
     static_assert(decltype(size(acc_dq))::value % 4 == 0);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc_dq); i += 4) {
-      *reinterpret_cast<float4*>(sdq + dq_accum_offset<Traits>(c, tidx, i)) =
-          make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
+      float4* to = reinterpret_cast<float4*>(dst + dq_accum_offset<Traits>(c, tidx, i));
+      const float4 v = make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
+      if constexpr (Traits::kDqViaSmem) *to = v;
+      else atomicAdd(to, v);
     }
   };
 
@@ -183,21 +192,27 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       // dS into shared memory (query-contiguous: adjacent query pairs are one 32-bit store), for
       // the async proxy (wgmma) to read after the barrier.
       Tensor ds = make_tensor(ds_frag.data(), acc_rowcol(acc_dp.layout()));
+      const int ds_slot = kSplitHeadDim ? 2 * wg + ds_buffer : ds_buffer;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kRows; ++i) {
-        const int key = wg * kWGKeys + get<0>(coord(i, 0));
+        const int key = key_slice * kWGKeys + get<0>(coord(i, 0));
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(ds); j += 2) {
           cutlass::Array<Element, 2> pair;
           pair[0] = ds(i, j);
           pair[1] = ds(i, j + 1);
-          *reinterpret_cast<cutlass::Array<Element, 2>*>(&sdS(get<1>(coord(i, j)), key, ds_buffer)) = pair;
+          *reinterpret_cast<cutlass::Array<Element, 2>*>(&sdS(get<1>(coord(i, j)), key, ds_slot)) = pair;
         }
       }
       cutlass::arch::fence_view_async_shared();
-      // The previous step's dQ reduce has read sdq; the barrier tells the whole warpgroup.
-      if (tidx == 0) cute::tma_store_wait<0>();
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
+      if constexpr (kSplitHeadDim) {
+        cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);  // its own copy of dS
+      } else {
+        // The previous step's dQ reduce has read sdq; the barrier tells the whole warpgroup.
+        if (tidx == 0) cute::tma_store_wait<0>();
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
+      }
+      float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
 
       // This warpgroup's dQ column chunks over all kBlockN keys; the first wait retires dV, dK too.
       CUTLASS_PRAGMA_UNROLL
@@ -205,21 +220,22 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         const int chunk = wg * Traits::kDqChunks + c;
         Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
-        wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_buffer),
+        wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
                                                            thr_dq.partition_fragment_B(sKtc), acc_dq);
         if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
           pipeline_q.consumer_release(read);
           pipeline_do.consumer_release(read);
         }
-        store_dq(c, acc_dq);
-      }
-      cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::sync(128, kBarrierDqStored + wg);
-      if (tidx == 0) {
         // Rows past Sq exist in the workspace (padded), so whole chunks are added.
-        float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
-        bulk_reduce_add_s2g(dq_tile + wg * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
-        cute::tma_store_arrive();
+        add_dq(Traits::kDqViaSmem ? sdq : dq_tile + wg * kWGDqFloats, c, acc_dq);
+      }
+      if constexpr (Traits::kDqViaSmem) {
+        cutlass::arch::fence_view_async_shared();
+        cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
+        if (tidx == 0) {
+          bulk_reduce_add_s2g(dq_tile + wg * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
+          cute::tma_store_arrive();
+        }
       }
     } else {
       warpgroup_wait<0>();
@@ -234,10 +250,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     else visit(head_q, m, cute::false_type{});
   });
 
-  if constexpr (kWriteDq) {
+  if constexpr (kWriteDq && Traits::kDqViaSmem) {
     if (tidx == 0) cute::tma_store_wait<0>();  // sdq must outlive the last reduce's read
   }
-  store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, head_k, b);
+  store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, col_slice * kWGCols, head_k, b);
 }
 
 }  // namespace sm90

@@ -1,6 +1,7 @@
 // Epilogue of the sm90 backward: each consumer warpgroup's dK (times softmax_scale) and dV
-// accumulators, reduced over the GQA group on chip, straight from registers to global memory
-// (pairs of adjacent columns per store; keys >= Sk skipped). Written once, without atomics.
+// accumulators (its keys x its columns), reduced over the GQA group on chip, straight from
+// registers to global memory (pairs of adjacent columns per store; keys >= Sk skipped). Written
+// once, without atomics.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -14,11 +15,11 @@ namespace sm90 {
 
 template <class Traits, class Acc, class ThrMma>
 __device__ __forceinline__ void store_key_rows(const TensorView& dst, Acc const& acc, ThrMma const& thr_mma,
-                                               float scale, int32_t key0, int32_t seqlen_k, int32_t head_k,
-                                               int32_t b) {
+                                               float scale, int32_t key0, int32_t col0, int32_t seqlen_k,
+                                               int32_t head_k, int32_t b) {
   using namespace cute;
   using Element = typename Traits::Element;
-  Tensor cAcc = thr_mma.partition_C(make_identity_tensor(Shape<Int<Traits::kWGKeys>, Int<Traits::kHeadDim>>{}));
+  Tensor cAcc = thr_mma.partition_C(make_identity_tensor(Shape<Int<Traits::kWGKeys>, Int<Traits::kWGCols>>{}));
   Tensor v = make_tensor(acc.data(), acc_rowcol(acc.layout()));
   Tensor c = make_tensor(cAcc.data(), acc_rowcol(cAcc.layout()));
   Element* base = static_cast<Element*>(dst.data) + (int64_t)b * dst.batch_stride + (int64_t)head_k * dst.head_stride;
@@ -26,7 +27,7 @@ __device__ __forceinline__ void store_key_rows(const TensorView& dst, Acc const&
   for (int i = 0; i < size<0>(v); ++i) {
     const int32_t key = key0 + get<0>(c(i, 0));
     if (key >= seqlen_k) continue;
-    Element* row = base + (int64_t)key * dst.row_stride;
+    Element* row = base + (int64_t)key * dst.row_stride + col0;
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size<1>(v); j += 2) {  // (j, j + 1): adjacent columns
       cutlass::Array<Element, 2> pair;
@@ -39,9 +40,10 @@ __device__ __forceinline__ void store_key_rows(const TensorView& dst, Acc const&
 
 template <class Traits, class Acc, class ThrMma>
 __device__ __forceinline__ void store_dkdv(const BwdParams& p, Acc const& acc_dk, Acc const& acc_dv,
-                                           ThrMma const& thr_dkv, int32_t key0, int32_t head_k, int32_t b) {
-  store_key_rows<Traits>(p.dk, acc_dk, thr_dkv, p.softmax_scale, key0, p.seqlen_k, head_k, b);
-  store_key_rows<Traits>(p.dv, acc_dv, thr_dkv, 1.f, key0, p.seqlen_k, head_k, b);
+                                           ThrMma const& thr_dkv, int32_t key0, int32_t col0, int32_t head_k,
+                                           int32_t b) {
+  store_key_rows<Traits>(p.dk, acc_dk, thr_dkv, p.softmax_scale, key0, col0, p.seqlen_k, head_k, b);
+  store_key_rows<Traits>(p.dv, acc_dv, thr_dkv, 1.f, key0, col0, p.seqlen_k, head_k, b);
 }
 
 }  // namespace sm90

@@ -17,14 +17,15 @@ bool device_runs_sm90_bwd() {
   return sm90::device_runs([] {
     using sm90::bwd_sm90_kernel_built;
     return bwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() && bwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-           bwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && bwd_sm90_kernel_built<cutlass::half_t, 64>();
+           bwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && bwd_sm90_kernel_built<cutlass::half_t, 64>() &&
+           bwd_sm90_kernel_built<cutlass::bfloat16_t, 256>() && bwd_sm90_kernel_built<cutlass::half_t, 256>();
   });
 }
 
 }  // namespace
 
 bool bwd_sm90_selected(const BwdParams& p) {
-  const bool supported = (p.head_dim == 64 || p.head_dim == 128) &&
+  const bool supported = (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) &&
                          (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
   const bool selected = sm90::forced_path() != 80 && supported && device_runs_sm90_bwd();
   static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
@@ -48,8 +49,11 @@ void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t str
   } else if (p.head_dim == 64) {
     bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 64>(p, ws, stream)
          : sm90::run_bwd_sm90_kernels<cutlass::half_t, 64>(p, ws, stream);
+  } else if (p.head_dim == 256) {
+    bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 256>(p, ws, stream)
+         : sm90::run_bwd_sm90_kernels<cutlass::half_t, 256>(p, ws, stream);
   } else {
-    throw std::runtime_error("flashmask run_bwd_sm90: head_dim must be 64 or 128, got " +
+    throw std::runtime_error("flashmask run_bwd_sm90: head_dim must be 64, 128 or 256, got " +
                              std::to_string(p.head_dim));
   }
 }

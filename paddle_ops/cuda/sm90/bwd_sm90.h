@@ -13,7 +13,7 @@
 namespace flashmask {
 
 // True when this problem runs on the sm90 backward: compute capability 9.0 with the sm_90a kernels
-// in this build, head_dim 64 or 128 (deterministic mode: Hopper dK/dV, then the portable
+// in this build, head_dim 64, 128 or 256 (deterministic mode: Hopper dK/dV, then the portable
 // deterministic dQ kernel).
 // FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90 on (where supported).
 bool bwd_sm90_selected(const BwdParams& p);

@@ -3,16 +3,25 @@
 //
 // One CTA per (key block of kBlockN keys, head_k, batch): a producer warpgroup streams Q and dO
 // tiles of kBlockM = 64 query rows (with their LSE and D = rowsum(dO * O) rows) through
-// kStages-deep TMA rings; two consumer warpgroups each own 64 of the kBlockN = 128 keys, so every
-// GEMM is a 64-row wgmma per warpgroup and S, dP are computed transposed (keys as rows, "swapAB"):
+// kStages-deep TMA rings to two consumer warpgroups. Every GEMM is a 64-row wgmma per warpgroup,
+// S and dP are computed transposed (keys as rows, "swapAB"):
 //   S^T  = K_w Q^T        (SS)           dP^T = V_w dO^T      (SS)
 //   P^T  = exp2(S^T * scale_log2 - LSE)  dS^T = P^T (dP^T - D)  (registers, fp32)
-//   dV_w += P^T dO        (RS: P^T from registers, dO^T an MN-major view of the dO tile)
-//   dK_w += dS^T Q        (RS)
-//   dQ[:, chunk] = dS K[:, chunk]     (SS: dS from shared memory, written by every warpgroup)
-// so P and dS never leave registers for dV/dK, and dQ needs one exchange through shared memory.
-// dQ leaves through shared memory too, by one bulk reduce-add per warpgroup and step.
-// Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
+//   dV_w += P^T dO[:, cols_w]   (RS: P^T from registers, dO^T an MN-major view of the dO tile)
+//   dK_w += dS^T Q[:, cols_w]   (RS)
+//   dQ[:, chunk] = dS K[:, chunk]     (SS: dS from shared memory)
+// so P and dS never leave registers for dV/dK; dQ reads dS from shared memory.
+// Two ways to share the work between the warpgroups:
+//  - D <= 128: kBlockN = 128 keys, warpgroup w owns keys [64w, 64w + 64) and all D columns of their
+//    dK, dV. The dQ GEMM needs both halves of dS: one exchange through shared memory per step, and
+//    dQ leaves through shared memory by one bulk reduce-add per warpgroup and step.
+//    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
+//  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
+//    kBlockN = 64 keys shared by both warpgroups, warpgroup w owning columns [128w, 128w + 128) of
+//    dK, dV and dQ. Each computes the whole S^T and dP^T (K = 256) itself: 7 GEMM units per step
+//    instead of 5, but no exchange — each writes its own dS copy, and the warpgroups never wait on
+//    each other. Shared memory (K, V, two Q and dO stages, 4 dS buffers: 224 KB) leaves no room to
+//    stage dQ, which goes out by float4 atomics.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -34,9 +43,12 @@ struct BwdTraits {
   using ElementAccum = float;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWGs = 2;
+  static constexpr bool kSplitHeadDim = kHeadDim > 128;  // warpgroups split D, not the keys (above)
   static constexpr int kWGKeys = 64;                      // the wgmma M of S^T, dP^T, dK, dV
   static constexpr int kBlockM = 64;                      // query rows per step (the inner loop)
-  static constexpr int kBlockN = kWGKeys * kConsumerWGs;  // keys per CTA
+  static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
+  static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
+  static constexpr bool kDqViaSmem = !kSplitHeadDim;  // else float4 atomics (no smem left)
   static constexpr int kStages = kStages_;
   // dQ = dS K in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
   static constexpr int kDqCols = kHeadDim / kConsumerWGs < 64 ? kHeadDim / kConsumerWGs : 64;
@@ -44,7 +56,7 @@ struct BwdTraits {
   static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // One CTA per SM (192 KB of smem at D=128). A 64-key, one-warpgroup variant with two CTAs per
+  // One CTA per SM (192 KB of smem at D=128, 225 KB at 256). A 64-key, one-warpgroup variant with two CTAs per
   // SM was slower on every mask measured (bwd_notes.md).
   static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
@@ -55,7 +67,7 @@ struct BwdTraits {
 
   // Per consumer warpgroup.
   using TileShapeSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T = K_w Q^T
-  using TileShapedKV = Shape<Int<kWGKeys>, Int<kHeadDim>, Int<kBlockM>>;  // dV_w += P^T dO
+  using TileShapedKV = Shape<Int<kWGKeys>, Int<kWGCols>, Int<kBlockM>>;   // dV_w += P^T dO[:, cols_w]
   using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;    // a dQ chunk = dS K^T chunk
   using OneWG = Layout<Shape<_1, _1, _1>>;
 
@@ -85,12 +97,15 @@ struct BwdTraits {
   using SmemLayoutQt = decltype(composition(
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
                                          Step<_2, _1, _3>{})));
-  // dS [kBlockM, kBlockN, 2]: the A operand of dQ, query-contiguous (MN-major) so that a
-  // consumer's dS^T registers (adjacent query pairs) store as 32-bit words. Double-buffered: a
-  // warpgroup may write step i+1's dS while the other still reads step i's.
+  // dS [kBlockM, kBlockN, buffer]: the A operand of dQ, query-contiguous (MN-major) so that a
+  // consumer's dS^T registers (adjacent query pairs) store as 32-bit words. Double-buffered: a warp
+  // may write step i+1's dS while another still reads step i's (one pair per warpgroup at D = 256,
+  // where each writes its own copy).
+  static constexpr int kDsBuffers = kSplitHeadDim ? 2 * kConsumerWGs : 2;
   using SmemAtomdS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                               GMMA::Major::MN, Element, Int<kBlockM>, Int<kBlockN>>());
-  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
+  using SmemLayoutdS =
+      decltype(tile_to_shape(SmemAtomdS{}, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDsBuffers>>{}));
 
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                           Shape<int32_t, int32_t, int32_t, int32_t>{},
@@ -114,7 +129,7 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
     // dQ of one step in the dq_accum tile's layout, bulk-reduced into global memory.
-    cute::array_aligned<float, kBlockM * kHeadDim, 128> dq;
+    cute::array_aligned<float, kDqViaSmem ? kBlockM * kHeadDim : 4, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
     typename Pipeline::SharedStorage pipeline_q;

@@ -1,0 +1,8 @@
+// sm90a backward, bf16, head_dim 256 (one instantiation per file: parallel builds).
+#include "bwd_launch_template.cuh"
+
+namespace flashmask {
+namespace sm90 {
+FM_SM90_BWD_INSTANTIATE(cutlass::bfloat16_t, 256)
+}  // namespace sm90
+}  // namespace flashmask
