@@ -2,9 +2,9 @@
 // columns (all of them, or its half of the head dim at D = 256: bwd_traits.cuh) and, per visited
 // tile, computes S^T and dP^T (SS wgmma), P^T and dS^T in fp32 registers (element mask on partial
 // tiles only), accumulates dV and dK with P^T / dS^T straight from registers (RS wgmma), and, once
-// dS is in shared memory, computes its columns of dQ = dS K and adds them to the fp32 workspace
-// (one bulk reduce-add from shared memory, or float4 atomics at D = 256). dK, dV leave at the end,
-// once per CTA (bwd_epilogue.cuh).
+// the dS it needs is in shared memory, computes its part of dQ = dS K and adds it to the fp32
+// workspace (one bulk reduce-add from shared memory, or float4 atomics at D = 256). dK, dV leave at
+// the end, once per CTA (bwd_epilogue.cuh).
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -21,8 +21,8 @@
 namespace flashmask {
 namespace sm90 {
 
-// Named barriers: both halves of dS are in shared memory (the two consumer warpgroups); one
-// warpgroup's own stores (its dS copy at D = 256, its dQ columns) are (that warpgroup, ids 2 and 3).
+// Named barriers: dS of both warpgroups is in shared memory (kDsExchange); one warpgroup's stores
+// to shared memory (its dS, its dQ) are all done (that warpgroup, ids 2 and 3).
 constexpr uint32_t kBarrierDsReady = 1;
 constexpr uint32_t kBarrierWarpgroup = 2;
 
@@ -68,8 +68,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
-  // This warpgroup's keys and dK / dV columns.
+  // This warpgroup's keys and dK / dV columns, and the keys and columns of its dQ part.
   const int key_slice = kSplitHeadDim ? 0 : wg, col_slice = kSplitHeadDim ? wg : 0;
+  const int dq_key_slice = Traits::kDsExchange ? 0 : key_slice;
+  const int dq_col_slice = Traits::kDsExchange ? wg : col_slice;
   Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   const auto cols_w = Shape<Int<kWGCols>, Int<kBlockM>, Int<Traits::kStages>>{};
@@ -82,7 +84,9 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOtw);
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQtw);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffer)
+  Tensor sdSw = local_tile(sdS, Shape<Int<kBlockM>, Int<Traits::kWGDqKeys>, Int<Traits::kDsBuffers>>{},
+                           make_coord(_0{}, dq_key_slice, _0{}));
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdSw);  // (MMA, MMA_M, MMA_K, buffer)
   // (key, query) of each S^T / dP^T accumulator value, tile-local.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
@@ -105,7 +109,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // issues, so no consumer waits on atomics draining (at 8K causal, D=128, 12.5% of the stall
   // samples sat on the float4 atomics' registers at the top of the next step). Else float4 atomics
   // in the same layout.
-  constexpr int kWGDqFloats = Traits::kDqChunks * kBlockM * Traits::kDqCols;
+  constexpr int kWGDqFloats = kBlockM * Traits::kWGDqCols;
   float* sdq = smem.dq.data() + wg * kWGDqFloats;
   auto add_dq = [&](float* dst, int c, auto const& acc_dq) {
     static_assert(decltype(size(acc_dq))::value % 4 == 0);
@@ -205,20 +209,18 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         }
       }
       cutlass::arch::fence_view_async_shared();
-      if constexpr (kSplitHeadDim) {
-        cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);  // its own copy of dS
-      } else {
-        // The previous step's dQ reduce has read sdq; the barrier tells the whole warpgroup.
-        if (tidx == 0) cute::tma_store_wait<0>();
-        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
-      }
+      // The previous step's dQ reduce has read sdq; the barrier tells the whole warpgroup.
+      if (Traits::kDqViaSmem && tidx == 0) cute::tma_store_wait<0>();
+      if constexpr (Traits::kDsExchange) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
+      else cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
       float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
 
-      // This warpgroup's dQ column chunks over all kBlockN keys; the first wait retires dV, dK too.
+      // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < Traits::kDqChunks; ++c) {
-        const int chunk = wg * Traits::kDqChunks + c;
-        Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
+        const int chunk = dq_col_slice * Traits::kDqChunks + c;
+        Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<Traits::kWGDqKeys>>{},
+                                 make_coord(chunk, dq_key_slice));
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
         wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
                                                            thr_dq.partition_fragment_B(sKtc), acc_dq);
@@ -227,13 +229,13 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
           pipeline_do.consumer_release(read);
         }
         // Rows past Sq exist in the workspace (padded), so whole chunks are added.
-        add_dq(Traits::kDqViaSmem ? sdq : dq_tile + wg * kWGDqFloats, c, acc_dq);
+        add_dq(Traits::kDqViaSmem ? sdq : dq_tile + dq_col_slice * kWGDqFloats, c, acc_dq);
       }
       if constexpr (Traits::kDqViaSmem) {
         cutlass::arch::fence_view_async_shared();
         cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
         if (tidx == 0) {
-          bulk_reduce_add_s2g(dq_tile + wg * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
+          bulk_reduce_add_s2g(dq_tile + dq_col_slice * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
           cute::tma_store_arrive();
         }
       }

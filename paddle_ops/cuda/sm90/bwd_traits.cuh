@@ -9,19 +9,22 @@
 //   P^T  = exp2(S^T * scale_log2 - LSE)  dS^T = P^T (dP^T - D)  (registers, fp32)
 //   dV_w += P^T dO[:, cols_w]   (RS: P^T from registers, dO^T an MN-major view of the dO tile)
 //   dK_w += dS^T Q[:, cols_w]   (RS)
-//   dQ[:, chunk] = dS K[:, chunk]     (SS: dS from shared memory)
-// so P and dS never leave registers for dV/dK; dQ reads dS from shared memory.
-// Two ways to share the work between the warpgroups:
-//  - D <= 128: kBlockN = 128 keys, warpgroup w owns keys [64w, 64w + 64) and all D columns of their
-//    dK, dV. The dQ GEMM needs both halves of dS: one exchange through shared memory per step, and
+//   dQ[:, dq_cols_w] += dS[:, dq_keys_w] K[dq_keys_w, dq_cols_w]   (SS: dS from shared memory)
+// where warpgroup w owns keys_w x cols_w of dK and dV. P and dS never leave registers for dV/dK.
+//  - D <= 128: kBlockN = 128 keys, keys_w = [64w, 64w + 64), cols_w = all D.
+//    D = 64: dQ over the warpgroup's own keys and all columns (dq_keys_w = keys_w, dq_cols_w = D):
+//    each warpgroup reads only its own dS, so the warpgroups never wait on each other, and adds
+//    its partial (64 x D) to the workspace. D = 128 (kDsExchange): dQ over all 128 keys and half of
+//    the columns, so dS is exchanged through shared memory (a barrier of both warpgroups per step)
+//    but each step adds 64 x 128 fp32 to the workspace once, not twice. Measured on the H200
+//    (bwd_notes.md): private dQ partials gain 7-9% at D=64 and lose 2-6% at D=128 on dense rows.
 //    dQ leaves through shared memory by one bulk reduce-add per warpgroup and step.
 //    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
-//    kBlockN = 64 keys shared by both warpgroups, warpgroup w owning columns [128w, 128w + 128) of
-//    dK, dV and dQ. Each computes the whole S^T and dP^T (K = 256) itself: 7 GEMM units per step
-//    instead of 5, but no exchange — each writes its own dS copy, and the warpgroups never wait on
-//    each other. Shared memory (K, V, two Q and dO stages, 4 dS buffers: 224 KB) leaves no room to
-//    stage dQ, which goes out by float4 atomics.
+//    kBlockN = 64 keys shared by both warpgroups and cols_w = dq_cols_w = [128w, 128w + 128). Each
+//    computes the whole S^T and dP^T (K = 256) itself: 7 GEMM units per step instead of 5, but no
+//    exchange. Shared memory (K, V, two Q and dO stages, 4 dS buffers: 224 KB) leaves no room to
+//    stage dQ: float4 atomics.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -48,16 +51,19 @@ struct BwdTraits {
   static constexpr int kBlockM = 64;                      // query rows per step (the inner loop)
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
-  static constexpr bool kDqViaSmem = !kSplitHeadDim;  // else float4 atomics (no smem left)
+  static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
+  static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
   static constexpr int kStages = kStages_;
-  // dQ = dS K in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
-  static constexpr int kDqCols = kHeadDim / kConsumerWGs < 64 ? kHeadDim / kConsumerWGs : 64;
-  static constexpr int kDqChunks = kHeadDim / kConsumerWGs / kDqCols;
+  // dQ[:, dq_cols_w] in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
+  static constexpr int kWGDqCols = kDsExchange ? kHeadDim / kConsumerWGs : kWGCols;
+  static constexpr int kWGDqKeys = kDsExchange ? kBlockN : kWGKeys;
+  static constexpr int kDqCols = kWGDqCols < 64 ? kWGDqCols : 64;
+  static constexpr int kDqChunks = kWGDqCols / kDqCols;
   static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // One CTA per SM (192 KB of smem at D=128, 225 KB at 256). A 64-key, one-warpgroup variant with two CTAs per
-  // SM was slower on every mask measured (bwd_notes.md).
+  // One CTA per SM (194 KB of smem at D=128, 130 KB at 64, 226 KB at 256). A 64-key,
+  // one-warpgroup variant with two CTAs per SM was slower on every mask measured (bwd_notes.md).
   static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -68,7 +74,7 @@ struct BwdTraits {
   // Per consumer warpgroup.
   using TileShapeSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T = K_w Q^T
   using TileShapedKV = Shape<Int<kWGKeys>, Int<kWGCols>, Int<kBlockM>>;   // dV_w += P^T dO[:, cols_w]
-  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;    // a dQ chunk = dS K^T chunk
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kWGDqKeys>>;  // a dQ chunk
   using OneWG = Layout<Shape<_1, _1, _1>>;
 
   using TiledMmaSdP = decltype(make_tiled_mma(
@@ -98,9 +104,9 @@ struct BwdTraits {
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
                                          Step<_2, _1, _3>{})));
   // dS [kBlockM, kBlockN, buffer]: the A operand of dQ, query-contiguous (MN-major) so that a
-  // consumer's dS^T registers (adjacent query pairs) store as 32-bit words. Double-buffered: a warp
-  // may write step i+1's dS while another still reads step i's (one pair per warpgroup at D = 256,
-  // where each writes its own copy).
+  // consumer's dS^T registers (adjacent query pairs) store as 32-bit words; each warpgroup writes
+  // its keys' columns. Double-buffered: a warp may write step i+1's dS while another still reads
+  // step i's (a pair per warpgroup at D = 256, where the warpgroups' keys coincide).
   static constexpr int kDsBuffers = kSplitHeadDim ? 2 * kConsumerWGs : 2;
   using SmemAtomdS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                               GMMA::Major::MN, Element, Int<kBlockM>, Int<kBlockN>>());
@@ -128,8 +134,9 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
-    // dQ of one step in the dq_accum tile's layout, bulk-reduced into global memory.
-    cute::array_aligned<float, kDqViaSmem ? kBlockM * kHeadDim : 4, 128> dq;
+    // Each warpgroup's dQ partial of one step in the dq_accum tile's layout, bulk-reduced into
+    // global memory.
+    cute::array_aligned<float, kDqViaSmem ? kConsumerWGs * kBlockM * kWGDqCols : 4, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
     typename Pipeline::SharedStorage pipeline_q;
