@@ -15,19 +15,16 @@ namespace {
 // The device is sm90 and this build has the sm_90a backward kernels.
 bool device_runs_sm90_bwd() {
   return sm90::device_runs([] {
-    using sm90::bwd_sm90_kernel_built;
-    return bwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() && bwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-           bwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && bwd_sm90_kernel_built<cutlass::half_t, 64>() &&
-           bwd_sm90_kernel_built<cutlass::bfloat16_t, 256>() && bwd_sm90_kernel_built<cutlass::half_t, 256>();
+    return sm90::every_instantiation(
+        [](auto e, auto d) { return sm90::bwd_sm90_kernel_built<decltype(e), decltype(d)::value>(); });
   });
 }
 
 }  // namespace
 
 bool bwd_sm90_selected(const BwdParams& p) {
-  const bool supported = (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) &&
-                         (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
-  const bool selected = sm90::forced_path() != 80 && supported && device_runs_sm90_bwd();
+  const bool selected =
+      sm90::forced_path() != 80 && sm90::instantiated(p.dtype, p.head_dim) && device_runs_sm90_bwd();
   static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
   if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
     logged = true;
@@ -42,20 +39,9 @@ void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t str
   if (ws.seqlen_q_pad % 64 != 0 || (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  if (p.head_dim == 128) {
-    bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 128>(p, ws, stream)
-         : sm90::run_bwd_sm90_kernels<cutlass::half_t, 128>(p, ws, stream);
-  } else if (p.head_dim == 64) {
-    bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 64>(p, ws, stream)
-         : sm90::run_bwd_sm90_kernels<cutlass::half_t, 64>(p, ws, stream);
-  } else if (p.head_dim == 256) {
-    bf16 ? sm90::run_bwd_sm90_kernels<cutlass::bfloat16_t, 256>(p, ws, stream)
-         : sm90::run_bwd_sm90_kernels<cutlass::half_t, 256>(p, ws, stream);
-  } else {
-    throw std::runtime_error("flashmask run_bwd_sm90: head_dim must be 64, 128 or 256, got " +
-                             std::to_string(p.head_dim));
-  }
+  sm90::dispatch_instantiation(p.dtype, p.head_dim, "run_bwd_sm90", [&](auto e, auto d) {
+    sm90::run_bwd_sm90_kernels<decltype(e), decltype(d)::value>(p, ws, stream);
+  });
 }
 
 }  // namespace flashmask

@@ -15,10 +15,8 @@ namespace {
 // The device is sm90 and this build has the sm_90a forward kernels.
 bool device_runs_sm90() {
   return sm90::device_runs([] {
-    using sm90::fwd_sm90_kernel_built;
-    return fwd_sm90_kernel_built<cutlass::bfloat16_t, 128>() && fwd_sm90_kernel_built<cutlass::half_t, 128>() &&
-           fwd_sm90_kernel_built<cutlass::bfloat16_t, 64>() && fwd_sm90_kernel_built<cutlass::half_t, 64>() &&
-           fwd_sm90_kernel_built<cutlass::bfloat16_t, 256>() && fwd_sm90_kernel_built<cutlass::half_t, 256>();
+    return sm90::every_instantiation(
+        [](auto e, auto d) { return sm90::fwd_sm90_kernel_built<decltype(e), decltype(d)::value>(); });
   });
 }
 
@@ -33,8 +31,7 @@ int sm90::fwd_block_m(const FwdParams& p) {
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {
-  const bool supported = (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.seqlen_k > 0 &&
-                         (p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16);
+  const bool supported = sm90::instantiated(p.dtype, p.head_dim) && p.seqlen_k > 0;
   // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (NOTES.md).
   constexpr bool kDefaultOn = true;
   const int forced = sm90::forced_path();
@@ -61,20 +58,9 @@ void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   if (lists.num_m_blocks == 0) return;
   auto* tile_counter = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) +
                                                   fwd_block_lists_workspace_bytes(p, block_m, block_n));
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  if (p.head_dim == 128) {
-    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 128>(p, lists, block_m, tile_counter, stream)
-         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 128>(p, lists, block_m, tile_counter, stream);
-  } else if (p.head_dim == 64) {
-    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 64>(p, lists, block_m, tile_counter, stream)
-         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 64>(p, lists, block_m, tile_counter, stream);
-  } else if (p.head_dim == 256) {
-    bf16 ? sm90::run_fwd_sm90_kernel<cutlass::bfloat16_t, 256>(p, lists, block_m, tile_counter, stream)
-         : sm90::run_fwd_sm90_kernel<cutlass::half_t, 256>(p, lists, block_m, tile_counter, stream);
-  } else {
-    throw std::runtime_error("flashmask run_fwd_sm90: head_dim must be 64, 128 or 256, got " +
-                             std::to_string(p.head_dim));
-  }
+  sm90::dispatch_instantiation(p.dtype, p.head_dim, "run_fwd_sm90", [&](auto e, auto d) {
+    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, stream);
+  });
 }
 
 }  // namespace flashmask

@@ -2,8 +2,50 @@
 // shared by the forward and backward dispatchers (fwd_launch_sm90.cu, bwd_launch_sm90.cu).
 #pragma once
 
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include <cutlass/numeric_types.h>
+
+#include "flashmask/params.h"
+
 namespace flashmask {
 namespace sm90 {
+
+// The (dtype, head dim) pairs every sm90 kernel family is instantiated for (one *_sm90.cu each):
+// bf16 and fp16 x head_dim 64, 128, 256.
+inline bool instantiated(DType dtype, int head_dim) {
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+         (dtype == DType::kBFloat16 || dtype == DType::kFloat16);
+}
+
+template <int kHeadDim>
+using HeadDim = std::integral_constant<int, kHeadDim>;
+
+// Calls f(Element{}, HeadDim<head_dim>{}) with the instantiation's types (fp16 for any dtype but
+// bf16: callers check instantiated() first); any other head_dim throws, naming `caller`.
+template <class F>
+void dispatch_instantiation(DType dtype, int head_dim, const char* caller, F&& f) {
+  const bool bf16 = dtype == DType::kBFloat16;
+  switch (head_dim) {
+    case 64: return bf16 ? f(cutlass::bfloat16_t{}, HeadDim<64>{}) : f(cutlass::half_t{}, HeadDim<64>{});
+    case 128: return bf16 ? f(cutlass::bfloat16_t{}, HeadDim<128>{}) : f(cutlass::half_t{}, HeadDim<128>{});
+    case 256: return bf16 ? f(cutlass::bfloat16_t{}, HeadDim<256>{}) : f(cutlass::half_t{}, HeadDim<256>{});
+    default:
+      throw std::runtime_error(std::string("flashmask ") + caller + ": head_dim must be 64, 128 or 256, got " +
+                               std::to_string(head_dim));
+  }
+}
+
+// Whether pred(Element{}, HeadDim<D>{}) holds for every instantiation (e.g. its kernels are in
+// this build).
+template <class Pred>
+bool every_instantiation(Pred&& pred) {
+  return pred(cutlass::bfloat16_t{}, HeadDim<64>{}) && pred(cutlass::half_t{}, HeadDim<64>{}) &&
+         pred(cutlass::bfloat16_t{}, HeadDim<128>{}) && pred(cutlass::half_t{}, HeadDim<128>{}) &&
+         pred(cutlass::bfloat16_t{}, HeadDim<256>{}) && pred(cutlass::half_t{}, HeadDim<256>{});
+}
 
 // 0: no override; 80 / 90: FLASHMASK_FORCE_PATH=sm80 / sm90 (anything else throws, naming it).
 int forced_path();
