@@ -17,15 +17,15 @@
 namespace flashmask {
 namespace sm90 {
 
-// Whether the 64-row kernel runs persistent (fwd_tiles.cuh): for causal masks, where it measured
-// ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%), not for
-// bidirectional ones (document: 5-7% behind). FLASHMASK_SM90_PERSISTENT=0|1 overrides (read at
-// every launch, like FLASHMASK_SM90_BLOCK_M).
-inline bool use_persistent(const FwdParams& p) {
+// Whether a kernel of `block_m` rows runs persistent (fwd_tiles.cuh). 64 rows: for causal masks,
+// where it measured ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%),
+// not for bidirectional ones (document: 5-7% behind). 128 rows: not by default.
+// FLASHMASK_SM90_PERSISTENT=0|1 overrides (read at every launch, like FLASHMASK_SM90_BLOCK_M).
+inline bool use_persistent(const FwdParams& p, int block_m) {
   const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
   if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  return p.causal;
+  return block_m == 64 && p.causal;
 }
 
 // CTAs of `kernel` that the current device holds at once (SMs x CTAs per SM), cached per
@@ -88,18 +88,24 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
                          int32_t* tile_counter, cudaStream_t stream) {
+  const bool persistent = use_persistent(p, block_m);
+  // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
+  // shape (fwd_block_m() never asks): Q, K and V would not leave room for a second CTA on the SM,
+  // which is what that shape is for.
+  if constexpr (kHeadDim <= 128) {
+    if (block_m == 64) {
+      persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, stream)
+                 : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, stream);
+      return;
+    }
+    if (block_m == 128 && persistent) {
+      launch_fwd<Element, kHeadDim, 128, true>(p, lists, tile_counter, stream);
+      return;
+    }
+  }
   if (block_m == 128) {
     launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, stream);
     return;
-  }
-  // No 64-row shape at head_dim 256 (fwd_block_m() never asks): Q, K and V would not leave room
-  // for a second CTA on the SM, which is what that shape is for.
-  if constexpr (kHeadDim <= 128) {
-    if (block_m == 64) {
-      use_persistent(p) ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, stream)
-                        : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, stream);
-      return;
-    }
   }
   throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, or 64 below head_dim 256; got " +
                            std::to_string(block_m));

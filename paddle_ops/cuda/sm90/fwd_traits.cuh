@@ -10,6 +10,9 @@
 // - 64 x 64, one consumer warpgroup, two CTAs per SM (80 KB smem, 32768 registers each): for
 //   sparse index masks, whose short block lists leave a lone CTA idle in its prologue/epilogue.
 //   Persistent variant (Q double-buffered, 96 KB) for causal index masks.
+// - 128 x 128 persistent (D <= 128): Q double-buffered (64 KB at D=128) beside the K and V rings:
+//   192 KB, so that the next tile's Q and first K/V loads overlap this tile's last blocks and
+//   epilogue.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -48,12 +51,14 @@ struct FwdTraits {
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // CTAs per SM and setmaxnreg budgets (per thread, producer / consumer):
-  // - 2 WGs, one CTA: 24 / 240 (24 x 128 + 240 x 256 = 64512 <= 65536 registers);
+  // - 2 WGs, one CTA: 24 / 240 (24 x 128 + 240 x 256 = 64512 <= 65536 registers); persistent
+  //   40 / 232 (40 x 128 + 232 x 256 = 64512);
   // - 1 WG, two CTAs: 24 / 232 ((24 + 232) x 128 = 32768 per CTA); persistent 40 / 216 (its
   //   producer's tile loop spilled at 24 and 32).
   static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
   static constexpr int kProducerRegs = kPersistent ? 40 : 24;
-  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : (kPersistent ? 216 : 232);
+  static constexpr int kConsumerRegs =
+      kConsumerWGs == 2 ? (kPersistent ? 232 : 240) : (kPersistent ? 216 : 232);
   // setmaxnreg only moves registers inside what the CTA got at launch (the __launch_bounds__ cap,
   // 65536 / (threads x CTAs per SM) rounded down to 8, per thread); asking for more makes the
   // consumers' setmaxnreg.inc wait forever (seen: 32 / 240 with 384 threads hung).
