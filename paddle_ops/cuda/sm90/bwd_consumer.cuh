@@ -37,7 +37,7 @@ __device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
 
 // kWriteDq = false (deterministic mode): dK and dV only; dQ comes from the portable deterministic
 // kernel afterwards.
-template <class Traits, bool kWriteDq>
+template <class Traits, bool kWriteDq, bool kDqUnderDkWanted>
 __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>& kp,
                                                   typename Traits::SharedStorage& smem,
                                                   typename Traits::Pipeline& pipeline_q,
@@ -190,7 +190,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     Tensor tdVrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
     Tensor tdKrdS = make_tensor(ds_frag.data(), acc_as_a_operand(acc_dp.layout()));
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
-    wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+    // With one dQ chunk leaving through shared memory, dK is issued after dQ so that dQ's trip to
+    // shared memory and its bulk reduce run under the dK wgmma (kDqUnderDk).
+    constexpr bool kDqUnderDk = kDqUnderDkWanted && kWriteDq && Traits::kDqViaSmem && Traits::kDqChunks == 1;
+    if constexpr (!kDqUnderDk) {
+      wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+    }
 
     if constexpr (kWriteDq) {
       // dS into shared memory (query-contiguous: adjacent query pairs are one 32-bit store), for
@@ -215,28 +220,52 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       else cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
       float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
 
-      // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < Traits::kDqChunks; ++c) {
-        const int chunk = dq_col_slice * Traits::kDqChunks + c;
+      if constexpr (kDqUnderDk) {
+        // dQ = dS K, then dK: once dV and dQ retire, dQ goes to shared memory and leaves by one
+        // bulk reduce-add while the dK wgmma still runs.
         Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<Traits::kWGDqKeys>>{},
-                                 make_coord(chunk, dq_key_slice));
+                                 make_coord(dq_col_slice, dq_key_slice));
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
-        wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
-                                                           thr_dq.partition_fragment_B(sKtc), acc_dq);
-        if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
-          pipeline_q.consumer_release(read);
-          pipeline_do.consumer_release(read);
-        }
-        // Rows past Sq exist in the workspace (padded), so whole chunks are added.
-        add_dq(Traits::kDqViaSmem ? sdq : dq_tile + dq_col_slice * kWGDqFloats, c, acc_dq);
-      }
-      if constexpr (Traits::kDqViaSmem) {
+        wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
+                                                            thr_dq.partition_fragment_B(sKtc), acc_dq);
+        wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc_dq);
+        pipeline_do.consumer_release(read);  // dV was this dO stage's last reader
+        add_dq(sdq, 0, acc_dq);
         cutlass::arch::fence_view_async_shared();
         cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
         if (tidx == 0) {
           bulk_reduce_add_s2g(dq_tile + dq_col_slice * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
           cute::tma_store_arrive();
+        }
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dk);
+        pipeline_q.consumer_release(read);  // dK was this Q stage's last reader
+      } else {
+        // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < Traits::kDqChunks; ++c) {
+          const int chunk = dq_col_slice * Traits::kDqChunks + c;
+          Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<Traits::kWGDqKeys>>{},
+                                   make_coord(chunk, dq_key_slice));
+          Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
+          wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
+                                                             thr_dq.partition_fragment_B(sKtc), acc_dq);
+          if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
+            pipeline_q.consumer_release(read);
+            pipeline_do.consumer_release(read);
+          }
+          // Rows past Sq exist in the workspace (padded), so whole chunks are added.
+          add_dq(Traits::kDqViaSmem ? sdq : dq_tile + dq_col_slice * kWGDqFloats, c, acc_dq);
+        }
+        if constexpr (Traits::kDqViaSmem) {
+          cutlass::arch::fence_view_async_shared();
+          cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
+          if (tidx == 0) {
+            bulk_reduce_add_s2g(dq_tile + dq_col_slice * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
+            cute::tma_store_arrive();
+          }
         }
       }
     } else {

@@ -13,7 +13,7 @@
 namespace flashmask {
 namespace sm90 {
 
-template <class Traits, bool kWriteDq>
+template <class Traits, bool kWriteDq, bool kDqUnderDk>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     bwd_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    consume_bwd_tiles<Traits, kWriteDq>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+    consume_bwd_tiles<Traits, kWriteDq, kDqUnderDk>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
   }
 #endif
 }
