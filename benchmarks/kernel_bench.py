@@ -253,20 +253,53 @@ class Impl:
 
 
 class FlashMask(Impl):
-    name = "flashmask"
+    """Ours. A variant ("flashmask:NAME", --variant) runs the same library with FLASHMASK_*
+    switches set around each of its calls (the launchers read them at every launch), so that
+    kernel choices are compared in one process on the same inputs."""
     layout = "bshd"
 
-    def __init__(self, torch):
+    def __init__(self, torch, name: str = "flashmask", env: dict | None = None):
         from flashmask_paddle.torch import flashmask_attention, load_library
 
         load_library()
-        self.torch, self.attn = torch, flashmask_attention
+        self.torch, self.attn, self.name, self.env = torch, flashmask_attention, name, env or {}
+
+    def wrap(self, fn):
+        if not self.env:
+            return fn
+
+        def run():
+            saved = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)
+            try:
+                return fn()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+
+        return run
 
     def forward(self, case):
         idx = None if case["mask"] in ("causal", "full") else case["indices"]
         causal = case["causal"]
         q, k, v = case["q_bshd"], case["k_bshd"], case["v_bshd"]
-        return lambda: self.attn(q, k, v, idx, causal=causal)
+        return self.wrap(lambda: self.attn(q, k, v, idx, causal=causal))
+
+
+def is_ours(impl_name: str) -> bool:
+    return impl_name == "flashmask" or impl_name.startswith("flashmask:")
+
+
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """'NAME:KEY=VALUE,KEY=VALUE' -> ('flashmask:NAME', {KEY: VALUE})."""
+    name, _, assignments = spec.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if a)
+    if not name or not env or not all(k.startswith("FLASHMASK_") for k in env):
+        raise ValueError(f"--variant {spec!r}: expected NAME:FLASHMASK_X=V[,FLASHMASK_Y=W]")
+    return f"flashmask:{name}", env
 
 
 class Flex(Impl):
@@ -421,11 +454,11 @@ class Sdpa(Impl):
         return run
 
 
-def make_impls(torch, names):
-    impls = []
+def make_impls(torch, names, variants=()):
+    impls = [FlashMask(torch, *parse_variant(spec)) for spec in variants]  # after ours, before the peers
     for name in names:
         if name == "flashmask":
-            impls.append(FlashMask(torch))
+            impls.insert(0, FlashMask(torch))
         elif name == "cudnnflex":
             impls.append(CudnnFlex(torch))
         elif name == "fa4varlen":
@@ -463,6 +496,9 @@ def measure(torch, impl, case, warmup, reps, row):
 
         def bwd():
             return torch.autograd.grad(out, leafs, dout, retain_graph=True)
+
+        if isinstance(impl, FlashMask):
+            bwd = impl.wrap(bwd)
 
         t0 = time.perf_counter()
         bwd()
@@ -512,7 +548,7 @@ def best_peers(rows) -> dict:
     """Per (mask, S, Hk, D, dtype): {"fwd": (peer, ms), "bwd": (peer, ms)}, the fastest peer each way."""
     best: dict = {}
     for r in rows:
-        if r["impl"] == "flashmask":
+        if is_ours(r["impl"]):
             continue
         for phase in ("fwd", "bwd"):
             ms = r.get(f"{phase}_ms")
@@ -523,7 +559,7 @@ def best_peers(rows) -> dict:
 
 
 def table(rows) -> str:
-    head = (f"{'impl':<10} {'mask':<22} {'S':>6} {'B':>2} {'Hq':>3} {'Hk':>3} {'D':>4} {'dtype':<5} "
+    head = (f"{'impl':<16} {'mask':<22} {'S':>6} {'B':>2} {'Hq':>3} {'Hk':>3} {'D':>4} {'dtype':<5} "
             f"{'fwd_ms':>8} {'bwd_ms':>8} {'fwd_TF':>7} {'bwd_TF':>7} {'dens':>5} {'vs_best':>11}  note")
     lines = [head, "-" * len(head)]
     best = best_peers(rows)
@@ -532,13 +568,13 @@ def table(rows) -> str:
             return format(r[key], fmt) if r.get(key) is not None else "-"
         ratio = "-"
         ref = best.get(row_key(r))
-        if r["impl"] == "flashmask" and ref:
+        if is_ours(r["impl"]) and ref:
             ratio = "/".join(f"{ref[p][1] / r[f'{p}_ms']:.2f}" if ref.get(p) and r.get(f"{p}_ms") else "-"
                              for p in ("fwd", "bwd"))
         note = r.get("error") or r.get("skipped") or ""
-        if r["impl"] == "flashmask" and ref:
+        if is_ours(r["impl"]) and ref:
             note = f"best {ref.get('fwd', ('-',))[0]}/{ref.get('bwd', ('-',))[0]} {note}"
-        lines.append(f"{r['impl']:<10} {r['mask']:<22} {r['seqlen']:>6} {r['batch']:>2} {r['heads']:>3} "
+        lines.append(f"{r['impl']:<16} {r['mask']:<22} {r['seqlen']:>6} {r['batch']:>2} {r['heads']:>3} "
                      f"{r['heads_k']:>3} {r['head_dim']:>4} {r['dtype']:<5} {f('fwd_ms', '8.3f'):>8} "
                      f"{f('bwd_ms', '8.3f'):>8} {f('fwd_tflops', '7.1f'):>7} {f('bwd_tflops', '7.1f'):>7} "
                      f"{f('density', '5.3f'):>5} {ratio:>11}  {note[:60]}")
@@ -552,7 +588,7 @@ def plot(rows, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = sorted({(r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"]) for r in rows})
-    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
     fig, axes = plt.subplots(len(groups), 2, figsize=(16, 3.6 * len(groups)), squeeze=False)
     for gi, (s, hk, d, dt) in enumerate(groups):
         sel = [r for r in rows if (r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"]) == (s, hk, d, dt)]
@@ -613,6 +649,8 @@ def parse_args(argv):
     p.add_argument("--head-dims", type=int, nargs="+", default=[128])
     p.add_argument("--dtypes", nargs="+", default=["bf16"], choices=["bf16", "fp16"])
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:FLASHMASK_X=V,...",
+                   help="also time ours with these FLASHMASK_* switches, as impl 'flashmask:NAME' (repeatable)")
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--heads-k", type=int, nargs="+", default=[16], help="key/value heads (GQA: 4)")
     p.add_argument("--tokens", type=int, default=32768, help="B = max(1, tokens // seqlen)")
@@ -643,7 +681,7 @@ def main(argv=None) -> int:
     if SMOKE:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
         dtypes = {name: torch.float32 for name in dtypes}
         args.impls = [i for i in args.impls if i in ("flashmask", "flex")]
-    impls = make_impls(torch, args.impls)
+    impls = make_impls(torch, args.impls, args.variant)
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
             "commit": _commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -689,7 +727,7 @@ def main(argv=None) -> int:
                         if "flashmask" in outputs:  # every peer's output against ours
                             ours = outputs["flashmask"].float()
                             for r in rows[-len(impls):]:
-                                if r["impl"] != "flashmask" and r["impl"] in outputs:
+                                if r["impl"] != "flashmask" and r["impl"] in outputs:  # variants too
                                     theirs = outputs[r["impl"]].float()
                                     err = float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
                                     r["rel_err_vs_flashmask"] = round(err, 5)
