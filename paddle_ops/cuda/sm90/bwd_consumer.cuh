@@ -11,6 +11,7 @@
 
 #include "flashmask/mask.h"
 #include "../utils.cuh"
+#include "bwd_dq_writer.cuh"
 #include "bwd_epilogue.cuh"
 #include "bwd_params.cuh"
 #include "bwd_tiles.cuh"
@@ -37,6 +38,8 @@ __device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
 
 // kWriteDq = false (deterministic mode): dK and dV only; dQ comes from the portable deterministic
 // kernel afterwards.
+// kDqUnderDkWanted (where Traits::kCanWriteDqUnderDk): dK is issued after dQ, so that dQ's trip to
+// shared memory runs under the dK wgmma and the dQ writer warp adds it to the workspace.
 template <class Traits, bool kWriteDq, bool kDqUnderDkWanted>
 __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>& kp,
                                                   typename Traits::SharedStorage& smem,
@@ -48,6 +51,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kD = Traits::kHeadDim;
   constexpr int kWGKeys = Traits::kWGKeys, kWGCols = Traits::kWGCols;
   constexpr bool kSplitHeadDim = Traits::kSplitHeadDim;
+  constexpr bool kDqUnderDk = kDqUnderDkWanted && kWriteDq && Traits::kCanWriteDqUnderDk;
   const BwdParams& p = kp.p;
   const bwd::Workspace& ws = kp.ws;
   const int wg = threadIdx.x / 128 - 1;  // consumer warpgroup 0 .. kConsumerWGs-1
@@ -71,7 +75,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // This warpgroup's keys and dK / dV columns, and the keys and columns of its dQ part.
   const int key_slice = kSplitHeadDim ? 0 : wg, col_slice = kSplitHeadDim ? wg : 0;
   const int dq_key_slice = Traits::kDsExchange ? 0 : key_slice;
-  const int dq_col_slice = Traits::kDsExchange ? wg : col_slice;
+  const int dq_col_slice = dq_col_slice_of<Traits>(wg);
   Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   const auto cols_w = Shape<Int<kWGCols>, Int<kBlockM>, Int<Traits::kStages>>{};
@@ -110,7 +114,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // samples sat on the float4 atomics' registers at the top of the next step). Else float4 atomics
   // in the same layout.
   constexpr int kWGDqFloats = kBlockM * Traits::kWGDqCols;
-  float* sdq = smem.dq.data() + wg * kWGDqFloats;
+  float* sdq = dq_buffer<Traits>(smem, wg);
   auto add_dq = [&](float* dst, int c, auto const& acc_dq) {
     static_assert(decltype(size(acc_dq))::value % 4 == 0);
     CUTLASS_PRAGMA_UNROLL
@@ -190,9 +194,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     Tensor tdVrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
     Tensor tdKrdS = make_tensor(ds_frag.data(), acc_as_a_operand(acc_dp.layout()));
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
-    // With one dQ chunk leaving through shared memory, dK is issued after dQ so that dQ's trip to
-    // shared memory and its bulk reduce run under the dK wgmma (kDqUnderDk).
-    constexpr bool kDqUnderDk = kDqUnderDkWanted && kWriteDq && Traits::kDqViaSmem && Traits::kDqChunks == 1;
     if constexpr (!kDqUnderDk) {
       wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
     }
@@ -215,14 +216,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       }
       cutlass::arch::fence_view_async_shared();
       // The previous step's dQ reduce has read sdq; the barrier tells the whole warpgroup.
-      if (Traits::kDqViaSmem && tidx == 0) cute::tma_store_wait<0>();
+      if (Traits::kDqViaSmem && !kDqUnderDk && tidx == 0) cute::tma_store_wait<0>();
       if constexpr (Traits::kDsExchange) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
       else cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
-      float* dq_tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0) * kD;
-
       if constexpr (kDqUnderDk) {
-        // dQ = dS K, then dK: once dV and dQ retire, dQ goes to shared memory and leaves by one
-        // bulk reduce-add while the dK wgmma still runs.
+        // dQ = dS K, then dK: once dV and dQ retire, dQ goes to shared memory, from where the dQ
+        // writer warp (bwd_dq_writer.cuh) adds it to the workspace, while the dK wgmma still runs.
         Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<Traits::kWGDqKeys>>{},
                                  make_coord(dq_col_slice, dq_key_slice));
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
@@ -232,17 +231,15 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         warpgroup_wait<1>();
         warpgroup_fence_operand(acc_dq);
         pipeline_do.consumer_release(read);  // dV was this dO stage's last reader
+        cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqEmpty + wg);
         add_dq(sdq, 0, acc_dq);
-        cutlass::arch::fence_view_async_shared();
-        cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
-        if (tidx == 0) {
-          bulk_reduce_add_s2g(dq_tile + dq_col_slice * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
-          cute::tma_store_arrive();
-        }
+        cutlass::arch::fence_view_async_shared();  // visible to the bulk reduce (async proxy)
+        cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqFull + wg);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dk);
         pipeline_q.consumer_release(read);  // dK was this Q stage's last reader
       } else {
+        float* dq_tile = dq_workspace_tile<Traits>(p, ws, b, head_q, m, dq_col_slice);
         // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < Traits::kDqChunks; ++c) {
@@ -257,13 +254,13 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
             pipeline_do.consumer_release(read);
           }
           // Rows past Sq exist in the workspace (padded), so whole chunks are added.
-          add_dq(Traits::kDqViaSmem ? sdq : dq_tile + dq_col_slice * kWGDqFloats, c, acc_dq);
+          add_dq(Traits::kDqViaSmem ? sdq : dq_tile, c, acc_dq);
         }
         if constexpr (Traits::kDqViaSmem) {
           cutlass::arch::fence_view_async_shared();
           cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
           if (tidx == 0) {
-            bulk_reduce_add_s2g(dq_tile + dq_col_slice * kWGDqFloats, sdq, kWGDqFloats * sizeof(float));
+            bulk_reduce_add_s2g(dq_tile, sdq, kWGDqFloats * sizeof(float));
             cute::tma_store_arrive();
           }
         }
@@ -281,7 +278,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     else visit(head_q, m, cute::false_type{});
   });
 
-  if constexpr (kWriteDq && Traits::kDqViaSmem) {
+  if constexpr (kWriteDq && Traits::kDqViaSmem && !kDqUnderDk) {
     if (tidx == 0) cute::tma_store_wait<0>();  // sdq must outlive the last reduce's read
   }
   store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, col_slice * kWGCols, head_k, b);

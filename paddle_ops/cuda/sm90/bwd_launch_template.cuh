@@ -39,7 +39,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   // Deterministic: dK/dV here (no atomics anywhere), dQ by the portable kernel that walks each query
   // block's key blocks in ascending order.
   auto kernel = p.deterministic ? bwd_kernel<Traits, false, false> : bwd_kernel<Traits, true, false>;
-  if constexpr (Traits::kDqViaSmem && Traits::kDqChunks == 1) {
+  if constexpr (Traits::kCanWriteDqUnderDk) {
     const char* order = std::getenv("FLASHMASK_SM90_BWD_DQ_UNDER_DK");
     if (!p.deterministic && (order == nullptr || std::strcmp(order, "0") != 0)) kernel = bwd_kernel<Traits, true, true>;
   }

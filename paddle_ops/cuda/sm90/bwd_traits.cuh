@@ -60,6 +60,9 @@ struct BwdTraits {
   static constexpr int kDqCols = kWGDqCols < 64 ? kWGDqCols : 64;
   static constexpr int kDqChunks = kWGDqCols / kDqCols;
   static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
+  // One dQ chunk per warpgroup through shared memory (D <= 128): dQ can be issued before dK and
+  // leave through the dQ writer warp while dK runs (bwd_consumer.cuh, bwd_dq_writer.cuh).
+  static constexpr bool kCanWriteDqUnderDk = kDqViaSmem && kDqChunks == 1;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // One CTA per SM (194 KB of smem at D=128, 130 KB at 64, 226 KB at 256). A 64-key,

@@ -1,0 +1,71 @@
+// The dQ writer of the sm90 backward (warp 1 of the producer warpgroup, kDqUnderDk kernels): per
+// visited tile and consumer warpgroup w, waits until w has put its fp32 dQ partial into its shared
+// buffer (dQFull[w]), adds the buffer to the dQ workspace by one bulk reduce-add, and frees the
+// buffer again once the reduce has read it (dQEmpty[w]). The consumers only wait where they would
+// otherwise overwrite a buffer still being read, so neither the bulk issue nor its completion sits
+// in their step.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+
+#include "bwd_params.cuh"
+#include "bwd_tiles.cuh"
+#include "copy.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+// Named barriers between a consumer warpgroup (128 threads) and the writer warp (32).
+constexpr uint32_t kBarrierDqEmpty = 4;  // + w: w may write its dQ buffer
+constexpr uint32_t kBarrierDqFull = 6;   // + w: w's dQ buffer holds this step's partial
+constexpr int kDqHandshakeThreads = 128 + 32;
+
+template <class Traits>
+__device__ __forceinline__ float* dq_buffer(typename Traits::SharedStorage& smem, int wg) {
+  return smem.dq.data() + wg * Traits::kBlockM * Traits::kWGDqCols;
+}
+
+// The dQ workspace rows of query block m of head head_q, at the column chunk that warpgroup w adds.
+template <class Traits>
+__device__ __forceinline__ float* dq_workspace_tile(const BwdParams& p, const bwd::Workspace& ws, int b,
+                                                    int head_q, int m, int dq_col_slice) {
+  return ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * Traits::kBlockM) *
+                           Traits::kHeadDim +
+         dq_col_slice * Traits::kBlockM * Traits::kWGDqCols;
+}
+
+// Which column chunk of dQ consumer warpgroup w adds (all of them when each adds its own keys').
+template <class Traits>
+__device__ __forceinline__ int dq_col_slice_of(int wg) {
+  return Traits::kDsExchange ? wg : (Traits::kSplitHeadDim ? wg : 0);
+}
+
+template <class Traits>
+__device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& smem,
+                                         int32_t n_block, int32_t head_k, int32_t b) {
+  constexpr uint32_t kBytes = Traits::kBlockM * Traits::kWGDqCols * sizeof(float);
+  const bool leader = threadIdx.x % 32 == 0;
+  bool first = true;
+  for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
+      kp.p, kp.ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int w = 0; w < Traits::kConsumerWGs; ++w) {
+          // Buffer w is free once the reduce issued from it one step ago has read it; the reduces
+          // issued since (one per other warpgroup) may still be reading.
+          if (leader && !first) cute::tma_store_wait<Traits::kConsumerWGs - 1>();
+          __syncwarp();
+          cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqEmpty + w);
+          cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqFull + w);
+          if (leader) {
+            bulk_reduce_add_s2g(dq_workspace_tile<Traits>(kp.p, kp.ws, b, head_q, m, dq_col_slice_of<Traits>(w)),
+                                dq_buffer<Traits>(smem, w), kBytes);
+            cute::tma_store_arrive();
+          }
+        }
+        first = false;
+      });
+  if (leader) cute::tma_store_wait<0>();  // the shared buffers must outlive the last reads
+}
+
+}  // namespace sm90
+}  // namespace flashmask
