@@ -1,9 +1,9 @@
 // The sm90a FlashMask backward kernel: one CTA per (key block, head_k, batch), one producer
 // warpgroup (TMA) and one or two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
 // The CTA visits only the tiles of its key block that are not fully masked (bwd_tiles.cuh).
-// kWriteDq = false (deterministic mode) leaves dQ to the portable deterministic kernel. kDqUnderDk:
-// dQ before dK, handed to the dQ writer warp (warp 1 of the producer warpgroup), where the shape
-// allows (Traits::kCanWriteDqUnderDk).
+// kWriteDq = false (deterministic mode) leaves dQ to the portable deterministic kernel. Where the
+// shape allows (Traits::kCanWriteDqUnderDk), warp 1 of the producer warpgroup writes dQ
+// (bwd_dq_writer.cuh).
 #pragma once
 
 #include "bwd_consumer.cuh"
@@ -15,7 +15,7 @@
 namespace flashmask {
 namespace sm90 {
 
-template <class Traits, bool kWriteDq, bool kDqUnderDk>
+template <class Traits, bool kWriteDq>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     bwd_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -43,12 +43,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
-    if constexpr (kDqUnderDk && kWriteDq && Traits::kCanWriteDqUnderDk) {
+    if constexpr (kWriteDq && Traits::kCanWriteDqUnderDk) {
       if (threadIdx.x / 32 == 1) write_dq<Traits>(kp, smem, n_block, head_k, b);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    consume_bwd_tiles<Traits, kWriteDq, kDqUnderDk>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+    consume_bwd_tiles<Traits, kWriteDq>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
   }
 #endif
 }

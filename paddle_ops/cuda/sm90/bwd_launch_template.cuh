@@ -3,9 +3,6 @@
 // the bwd_hdim*_sm90.cu files.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-
 #include "../bwd_launch_template.cuh"
 #include "../utils.cuh"
 #include "bwd_convert_dq.cuh"
@@ -38,11 +35,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
       p.softmax_scale * 1.4426950408889634f};
   // Deterministic: dK/dV here (no atomics anywhere), dQ by the portable kernel that walks each query
   // block's key blocks in ascending order.
-  auto kernel = p.deterministic ? bwd_kernel<Traits, false, false> : bwd_kernel<Traits, true, false>;
-  if constexpr (Traits::kCanWriteDqUnderDk) {
-    const char* order = std::getenv("FLASHMASK_SM90_BWD_DQ_UNDER_DK");
-    if (!p.deterministic && (order == nullptr || std::strcmp(order, "0") != 0)) kernel = bwd_kernel<Traits, true, true>;
-  }
+  auto kernel = p.deterministic ? bwd_kernel<Traits, false> : bwd_kernel<Traits, true>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   kernel<<<bwd::key_block_grid(p, ws), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::bwd_kernel");
@@ -61,7 +54,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
 template <typename Element, int kHeadDim>
 bool bwd_sm90_kernel_built() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, bwd_kernel<BwdTraits<Element, kHeadDim>, true, false>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, bwd_kernel<BwdTraits<Element, kHeadDim>, true>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
