@@ -1,6 +1,8 @@
 // GPU mask preprocessing (see preprocess.cuh): per-key-block bounds, then per-query-block lists.
 #include "preprocess.cuh"
 
+#include <cub/block/block_scan.cuh>
+
 #include "utils.cuh"
 
 namespace flashmask {
@@ -90,7 +92,38 @@ __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t blo
   }
 }
 
+constexpr int kScanThreads = 1024;
+
+// One CTA: exclusive prefix sum of the partial counts (counts[2 * list + 1]) over every list, in
+// chunks of kScanThreads lists.
+__global__ void partial_offsets_kernel(const int32_t* counts, int64_t num_lists, int32_t* offsets) {
+  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  int32_t carried = 0;
+  for (int64_t base = 0; base < num_lists; base += kScanThreads) {
+    const int64_t list = base + threadIdx.x;
+    const int32_t partial = list < num_lists ? counts[2 * list + 1] : 0;
+    int32_t before = 0, chunk_total = 0;
+    Scan(temp).ExclusiveSum(partial, before, chunk_total);
+    if (list < num_lists) offsets[list] = carried + before;
+    carried += chunk_total;
+    __syncthreads();  // temp is reused by the next chunk
+  }
+}
+
 }  // namespace
+
+size_t partial_offsets_bytes(const FwdParams& p, int32_t block_m) {
+  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() * (size_t)ceil_div(p.seqlen_q, block_m));
+}
+
+void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int32_t* offsets,
+                            cudaStream_t stream) {
+  const int64_t num_lists = (int64_t)MaskSlices::of(p).count() * lists.num_m_blocks;
+  if (num_lists == 0) return;
+  partial_offsets_kernel<<<1, kScanThreads, 0, stream>>>(lists.counts, num_lists, offsets);
+  FM_CHECK_LAUNCH("partial_offsets_kernel");
+}
 
 namespace {
 size_t list_entries_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) {

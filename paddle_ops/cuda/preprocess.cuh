@@ -83,4 +83,11 @@ size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int3
 FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
                                     void* workspace, cudaStream_t stream);
 
+// Numbers the partial tiles of all lists consecutively: offsets[list] = the partial tiles of the
+// lists before it (exclusive prefix sum of the lists' partial counts), so that per-tile data (the
+// Hopper forward's mask payloads) can be packed without a slot for every possible tile. One CTA,
+// after build_fwd_block_lists on the same stream; offsets holds partial_offsets_bytes(p, block_m).
+size_t partial_offsets_bytes(const FwdParams& p, int32_t block_m);
+void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int32_t* offsets, cudaStream_t stream);
+
 }  // namespace flashmask

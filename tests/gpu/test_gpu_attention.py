@@ -79,6 +79,20 @@ def test_more_query_tiles_than_persistent_ctas(form, persistent, monkeypatch):
                       head_dim=64))
 
 
+@pytest.mark.parametrize("tiles", ["0", "1", "4"])
+@pytest.mark.parametrize("block_m", ["64", "128"])
+@pytest.mark.parametrize("form", [(True, 2), (False, 2), (False, 4)], ids=form_id)
+def test_partial_tiles_with_and_without_mask_payloads(form, block_m, tiles, monkeypatch):
+    """The Hopper forward masks a partial tile from its precomputed payload while the call's pool
+    of payload slots lasts (FLASHMASK_SM90_PAYLOAD_TILES per query-block list) and from the column
+    intervals after it: 0 slots (intervals only), 1 (both kinds in one call, on one list) and the
+    default 4, at both tile shapes, with GQA, mask heads = Hk and Sq != Sk."""
+    monkeypatch.setenv("FLASHMASK_SM90_PAYLOAD_TILES", tiles)
+    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", block_m)
+    check(fuzzed_case(form, seed_offset=900 + int(tiles), batch=2, seqlen_q=777, seqlen_k=650, heads_q=4,
+                      heads_k=2, mask_heads=2, head_dim=128))
+
+
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2), (4, 1)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
 @pytest.mark.parametrize("mask_heads", ["1", "Hk", "Hq"])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2)], ids=form_id)

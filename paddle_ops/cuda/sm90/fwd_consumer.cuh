@@ -7,6 +7,7 @@
 
 #include "fwd_epilogue.cuh"
 #include "fwd_layout.cuh"
+#include "fwd_mask_payload.cuh"
 #include "fwd_params.cuh"
 #include "fwd_softmax.cuh"
 #include "fwd_tiles.cuh"
@@ -72,20 +73,26 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     if (num_entries > 0) {
       typename Traits::PipelineState read_v;  // stage of V_{i-1}
       float correction[kRows];
-      // Masks partial tile i (key block n_block), whose column bounds sit in K stage `stage`
-      // (read before its release).
-      auto mask_if = [&](int32_t n_block, int stage, auto partial) {
+      // Masks partial tile i (key block n_block), whose payload or column bounds sit in K stage
+      // `stage` (read before its release).
+      const int32_t first_slot = kp.payload.partial_offsets[tile.list];
+      auto mask_if = [&](int32_t i, int32_t n_block, int stage, auto partial) {
         if constexpr (decltype(partial)::value) {
-          const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
-          apply_element_mask(acc_s, tScS, row0, n_block * Traits::kBlockN, p.seqlen_k, columns,
-                             p.causal, causal_off);
+          if (first_slot + i < kp.payload.capacity) {
+            apply_payload_mask<Traits>(
+                acc_s, smem.payload.data() + stage * Traits::kPayloadWords * Traits::kConsumerThreads, tidx);
+          } else {
+            const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
+            apply_element_mask(acc_s, tScS, row0, n_block * Traits::kBlockN, p.seqlen_k, columns,
+                               p.causal, causal_off);
+          }
         }
       };
       // First block: S_0, softmax, P_0.
       const int32_t entry0 = entries[0];
       pipeline_k.consumer_wait(read);
       wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_qk, tSrQ_t, tSrK(_, _, _, read.index()), acc_s);
-      if (num_partial > 0) mask_if(entry_n_block(entry0), read.index(), cute::true_type{});
+      if (num_partial > 0) mask_if(0, entry_n_block(entry0), read.index(), cute::true_type{});
       pipeline_k.consumer_release(read);
       softmax.step(acc_s, correction);
       Tensor p_frag = convert_fragment<Element>(acc_s);
@@ -101,7 +108,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
         warpgroup_wait<1>();  // S_i is ready (the older batch)
         warpgroup_fence_operand(acc_s);
-        mask_if(n_block, read.index(), partial);
+        mask_if(i, n_block, read.index(), partial);
         pipeline_k.consumer_release(read);
         softmax.step(acc_s, correction);
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free

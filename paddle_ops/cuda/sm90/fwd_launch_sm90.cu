@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include <algorithm>
+
 #include "../utils.cuh"
 #include "fwd_sm90.h"
 #include "path_sm90.h"
@@ -46,20 +48,54 @@ bool fwd_sm90_selected(const FwdParams& p) {
   return selected;
 }
 
-// The block lists' workspace, then 256 bytes whose first int32 counts persistent tile claims.
+int sm90::payload_tiles_per_list() {
+  const char* v = std::getenv("FLASHMASK_SM90_PAYLOAD_TILES");
+  if (v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
+  return 4;
+}
+
+namespace {
+
+// Mask payload slots of a call, pooled over its query-block lists.
+int32_t payload_capacity(const FwdParams& p, int block_m) {
+  const int64_t lists = (int64_t)MaskSlices::of(p).count() * ceil_div(p.seqlen_q, block_m);
+  return (int32_t)std::min<int64_t>(lists * sm90::payload_tiles_per_list(), INT32_MAX / 2);
+}
+
+// The sm90 forward's workspace after the block lists: 256 bytes whose first int32 counts
+// persistent tile claims, the partial tiles' numbering, their mask payloads.
+struct Sm90FwdWorkspace {
+  size_t counter, offsets, payload, end;
+  Sm90FwdWorkspace(const FwdParams& p, int block_m, int block_n) {
+    counter = fwd_block_lists_workspace_bytes(p, block_m, block_n);
+    offsets = counter + 256;
+    payload = offsets + partial_offsets_bytes(p, block_m);
+    end = payload + align_up((size_t)payload_capacity(p, block_m) * sm90::fwd_payload_bytes(block_m, block_n));
+  }
+};
+
+}  // namespace
+
 size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
   const int m = sm90::fwd_block_m(p);
-  return fwd_block_lists_workspace_bytes(p, m, sm90::fwd_block_n(m, p.head_dim)) + 256;
+  return Sm90FwdWorkspace(p, m, sm90::fwd_block_n(m, p.head_dim)).end;
 }
 
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, p.head_dim);
   const FwdBlockLists lists = build_fwd_block_lists(p, block_m, block_n, workspace, stream);
   if (lists.num_m_blocks == 0) return;
-  auto* tile_counter = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) +
-                                                  fwd_block_lists_workspace_bytes(p, block_m, block_n));
+  const Sm90FwdWorkspace layout(p, block_m, block_n);
+  char* ws = static_cast<char*>(workspace);
+  auto* tile_counter = reinterpret_cast<int32_t*>(ws + layout.counter);
+  sm90::FwdMaskPayload payload;
+  auto* offsets = reinterpret_cast<int32_t*>(ws + layout.offsets);
+  payload.partial_offsets = offsets;
+  payload.words = reinterpret_cast<uint32_t*>(ws + layout.payload);
+  payload.capacity = payload_capacity(p, block_m);
+  launch_partial_offsets(lists, p, offsets, stream);
   sm90::dispatch_instantiation(p.dtype, p.head_dim, "run_fwd_sm90", [&](auto e, auto d) {
-    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, stream);
+    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, payload, stream);
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include "flashmask/params.h"
 #include "../preprocess.cuh"
+#include "fwd_sm90.h"
 
 namespace flashmask {
 namespace sm90 {
@@ -19,6 +20,7 @@ struct FwdKernelParams {
   MaskSlices slices;
   float scale_log2;  // softmax_scale * log2(e)
   int32_t* tile_counter;  // persistent CTAs' tile claims (fwd_tiles.cuh), zeroed before the launch
+  FwdMaskPayload payload;
 };
 
 }  // namespace sm90

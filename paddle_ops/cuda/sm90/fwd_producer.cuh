@@ -60,13 +60,20 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
     const int32_t num_entries = kp.lists.counts[2 * tile.list];
     const ColumnBounds* columns =
         kp.lists.columns != nullptr ? kp.lists.columns + (int64_t)tile.slice * p.seqlen_k : nullptr;
+    const int32_t first_slot = num_entries > 0 ? kp.payload.partial_offsets[tile.list] : 0;
     for (int32_t i = 0; i < num_entries; ++i) {
       const int32_t entry = entries[i];
       const int32_t n_block = entry_n_block(entry);
       pipeline_k.producer_acquire(write);  // arrives, expecting the K bytes (not yet issued)
-      if (columns != nullptr && entry_is_partial(entry)) {
-        // The element mask's column bounds ride on the K stage's barrier: expected before any copy
-        // is issued, so the phase cannot complete early.
+      // A partial tile's mask rides on the K stage's barrier: its payload where it has one, else
+      // its key columns' bounds. Expected before any copy is issued, so the phase cannot complete
+      // early. (Partial entries come first, so i numbers the list's partial tiles.)
+      if (entry_is_partial(entry) && first_slot + i < kp.payload.capacity) {
+        pipeline_k.producer_expect_transaction(write, Traits::kPayloadBytes);
+        bulk_copy_g2s(smem.payload.data() + write.index() * Traits::kPayloadWords * Traits::kConsumerThreads,
+                      kp.payload.words + (int64_t)(first_slot + i) * Traits::kPayloadWords * Traits::kConsumerThreads,
+                      Traits::kPayloadBytes, pipeline_k.producer_get_barrier(write));
+      } else if (columns != nullptr && entry_is_partial(entry)) {
         const int32_t col0 = n_block * Traits::kBlockN;
         const uint32_t bytes = (uint32_t)min(Traits::kBlockN, p.seqlen_k - col0) * sizeof(ColumnBounds);
         pipeline_k.producer_expect_transaction(write, bytes);

@@ -30,12 +30,32 @@ int fwd_block_m(const FwdParams& p);
 // Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
 // shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
 constexpr int fwd_block_n(int block_m, int head_dim) { return head_dim > 128 ? 64 : block_m; }
+// Bytes of one partial tile's mask payload (fwd_mask_payload.cuh): a bit per S accumulator value
+// (block_n / 2 per consumer thread: 64 rows per warpgroup), in 32-bit words, for the
+// block_m / 64 * 128 consumer threads.
+constexpr int fwd_payload_words(int block_n) { return (block_n / 2 + 31) / 32; }
+constexpr int fwd_payload_bytes(int block_m, int block_n) {
+  return fwd_payload_words(block_n) * (block_m / 64 * 128) * 4;
+}
 // One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
 // (block_m, fwd_block_n(block_m)). `tile_counter`: one int32 of workspace for persistent CTAs'
-// tile claims (zeroed here before such a launch).
+// tile claims (zeroed here before such a launch). `payload`: numbered partial tiles and room for
+// their mask payloads, which are built here before the kernel.
+// The partial tiles' mask payloads (fwd_mask_payload.cuh): tile `slot` = partial_offsets[list] + i
+// (the list's i-th partial entry) has one when slot < capacity.
+struct FwdMaskPayload {
+  uint32_t* words = nullptr;
+  const int32_t* partial_offsets = nullptr;
+  int32_t capacity = 0;
+};
+// Payload slots per query-block list, pooled over all lists of a call: 4. Partial tiles per query
+// block: 1-3 for causal, sliding-window and document masks (the diagonal, document edges), more
+// only on the few query blocks that straddle two documents. FLASHMASK_SM90_PAYLOAD_TILES=N
+// overrides (0: every partial tile evaluates column intervals; read at every launch).
+int payload_tiles_per_list();
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
-                         int32_t* tile_counter, cudaStream_t stream);
+                         int32_t* tile_counter, const FwdMaskPayload& payload, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 bool fwd_sm90_kernel_built();
 }  // namespace sm90

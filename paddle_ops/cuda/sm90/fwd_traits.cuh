@@ -24,6 +24,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "flashmask/mask.h"
+#include "fwd_sm90.h"
 #include "fwd_tiles.cuh"
 
 namespace flashmask {
@@ -111,6 +112,12 @@ struct FwdTraits {
                                       select<0, 2>(TileShapeQK{}), _1{}));
   using SmemCopyAtomO = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 
+  // A partial tile's mask payload: a bit per S accumulator value of each consumer thread.
+  static constexpr int kPayloadWords = fwd_payload_words(kBlockN);
+  static constexpr uint32_t kPayloadBytes = fwd_payload_bytes(kBlockM, kBlockN);
+  static_assert(kPayloadWords * 32 >= kBlockM * kBlockN / kConsumerThreads &&
+                kPayloadBytes == kPayloadWords * kConsumerThreads * 4);
+
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
 
@@ -126,6 +133,8 @@ struct FwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
     // Normalised bounds of the key columns of each K stage (partial tiles of index masks only).
     cute::array_aligned<ColumnBounds, kBlockN * kStages, 16> columns;
+    // Or the tile's mask payload (fwd_mask_payload.cuh), where it has one.
+    cute::array_aligned<uint32_t, kPayloadWords * kConsumerThreads * kStages, 16> payload;
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
     typename PipelineQ::SharedStorage pipeline_q;

@@ -1,0 +1,87 @@
+// Mask payloads of the sm90 forward: the element mask of each partial tile, evaluated once per call
+// (per mask slice, so every query head of the slice shares it) into bits laid out in the order of
+// the consumers' S accumulators: bit v of word w of thread t says whether accumulator value
+// 32 w + v of consumer thread t is masked. A partial tile then costs each consumer thread a
+// kPayloadWords-word shared-memory read and one select per value, where evaluating the column
+// intervals cost a 16-byte bound load per column and the interval tests per value
+// (apply_element_mask), inside the softmax's critical path.
+//
+// The partial tiles of all lists are numbered by launch_partial_offsets (../preprocess.cuh);
+// tile number `slot` < capacity has its payload at words[slot * kPayloadWords * kConsumerThreads],
+// word w of thread t at [w * kConsumerThreads + t], so that one bulk copy brings a tile's payload
+// into shared memory and the consumers' reads do not conflict. Tiles past the capacity (masks with
+// far more partial tiles than payload_tiles_per_list() per query block) keep the column-interval path.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "flashmask/mask.h"
+#include "../preprocess.cuh"
+#include "../utils.cuh"
+#include "fwd_layout.cuh"
+#include "fwd_params.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+// One CTA of kConsumerThreads threads per list: thread t writes its words of every partial tile of
+// the list that has a slot.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kConsumerThreads)
+    mask_payload_kernel(FwdParams p, FwdBlockLists lists, FwdMaskPayload payload) {
+  using namespace cute;
+  const int64_t list = blockIdx.x;
+  const int32_t slice = (int32_t)(list / lists.num_m_blocks), m_block = (int32_t)(list % lists.num_m_blocks);
+  const int32_t num_partial = lists.counts[2 * list + 1];
+  const int32_t first_slot = payload.partial_offsets[list];
+  const int tidx = threadIdx.x;
+  typename Traits::TiledMmaQK mma_qk;
+  Tensor coords = mma_qk.get_thread_slice(tidx).partition_C(
+      make_identity_tensor(select<0, 1>(typename Traits::TileShapeQK{})));
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  const ColumnBounds* columns = lists.columns != nullptr ? lists.columns + (int64_t)slice * p.seqlen_k : nullptr;
+  const int32_t row0 = m_block * Traits::kBlockM;
+  for (int32_t i = 0; i < num_partial && first_slot + i < payload.capacity; ++i) {
+    const int32_t col0 = entry_n_block(lists.entries[list * lists.num_n_blocks + i]) * Traits::kBlockN;
+    uint32_t* out = payload.words + (int64_t)(first_slot + i) * Traits::kPayloadWords * Traits::kConsumerThreads;
+    CUTLASS_PRAGMA_UNROLL
+    for (int w = 0; w < Traits::kPayloadWords; ++w) {
+      uint32_t bits = 0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int v = 0; v < 32 && 32 * w + v < size(coords); ++v) {
+        const int32_t row = row0 + get<0>(coords(32 * w + v)), col = col0 + get<1>(coords(32 * w + v));
+        ColumnBounds b{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals
+        if (columns != nullptr && col < p.seqlen_k) b = columns[col];
+        if (col >= p.seqlen_k || is_masked(row, col, b, p.causal, causal_off)) bits |= 1u << v;
+      }
+      out[w * Traits::kConsumerThreads + tidx] = bits;
+    }
+  }
+}
+
+template <class Traits>
+void launch_mask_payload(const FwdParams& p, const FwdBlockLists& lists, const FwdMaskPayload& payload,
+                         cudaStream_t stream) {
+  const int64_t num_lists = (int64_t)MaskSlices::of(p).count() * lists.num_m_blocks;
+  if (num_lists == 0 || payload.capacity == 0) return;
+  mask_payload_kernel<Traits><<<(unsigned)num_lists, Traits::kConsumerThreads, 0, stream>>>(
+      p, lists, payload);
+  FM_CHECK_LAUNCH("sm90::mask_payload_kernel");
+}
+
+// Sets the masked values of a partial tile's S accumulator to -inf from its payload in shared
+// memory (`words`: the tile's kPayloadWords x kConsumerThreads words).
+template <class Traits, class TS>
+__device__ __forceinline__ void apply_payload_mask(TS& scores, const uint32_t* words, int tidx) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int w = 0; w < Traits::kPayloadWords; ++w) {
+    const uint32_t bits = words[w * Traits::kConsumerThreads + tidx];
+    CUTLASS_PRAGMA_UNROLL
+    for (int v = 0; v < 32 && 32 * w + v < cute::size(scores); ++v) {
+      if ((bits >> v) & 1u) scores(32 * w + v) = -INFINITY;
+    }
+  }
+}
+
+}  // namespace sm90
+}  // namespace flashmask
