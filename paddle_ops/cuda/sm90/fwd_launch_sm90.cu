@@ -29,7 +29,12 @@ int sm90::fwd_block_m(const FwdParams& p) {
   const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
   if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
-  return p.mask_form.has_indices() ? 64 : 128;
+  if (!p.mask_form.has_indices()) return 128;
+  // Index masks: 128 rows (persistent) once rows are long enough for long key lists, else 64 rows
+  // with two CTAs per SM. H200, bf16 D=128, B*S=32K, 17093a4, fwd TFLOP/s 64 -> 128 persistent:
+  // 32K sliding window 485 -> 576, causal document 377 -> 412, document 425 -> 453, share
+  // question 387 -> 422; 8K within -7..+5% (short documents 186 -> 172, sliding window 413 -> 435).
+  return p.head_dim == 128 && p.seqlen_q >= kLongRows ? 128 : 64;
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {

@@ -20,13 +20,15 @@ namespace sm90 {
 
 // Whether a kernel of `block_m` rows runs persistent (fwd_tiles.cuh). 64 rows: for causal masks,
 // where it measured ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%),
-// not for bidirectional ones (document: 5-7% behind). 128 rows: not by default.
-// FLASHMASK_SM90_PERSISTENT=0|1 overrides (read at every launch, like FLASHMASK_SM90_BLOCK_M).
+// not for bidirectional ones (document: 5-7% behind). 128 rows: for index masks (8K, 17093a4:
+// causal document 299 -> 315, share question 248 -> 268, short documents 156 -> 172 TFLOP/s
+// against one tile per CTA), not for dense and causal attention (8K causal 582 vs 594, within
+// noise). FLASHMASK_SM90_PERSISTENT=0|1 overrides (read at every launch, like FLASHMASK_SM90_BLOCK_M).
 inline bool use_persistent(const FwdParams& p, int block_m) {
   const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
   if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  return block_m == 64 && p.causal;
+  return block_m == 64 ? p.causal : p.mask_form.has_indices();
 }
 
 // CTAs of `kernel` that the current device holds at once (SMs x CTAs per SM), cached per

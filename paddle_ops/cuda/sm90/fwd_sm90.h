@@ -23,9 +23,11 @@ size_t fwd_sm90_workspace_bytes(const FwdParams& p);
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream);
 
 namespace sm90 {
-// Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention, 64 (one
+// Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention and, at
+// head_dim 128, for index masks over at least kLongRows query rows (persistent CTAs); else 64 (one
 // warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
 // always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
+constexpr int kLongRows = 16384;
 int fwd_block_m(const FwdParams& p);
 // Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
 // shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
