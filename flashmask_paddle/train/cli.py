@@ -12,16 +12,9 @@ import argparse
 import importlib
 import sys
 
-from .config import ConfigError, load_config
+from .config import TASKS, ConfigError, load_config
 
 __all__ = ["TASKS", "main", "run_config", "get_runner"]
-
-TASKS = {
-    "sft": "flashmask_paddle.train.sft:run",
-    "lora": "flashmask_paddle.train.sft:run",
-    "dpo": "flashmask_paddle.train.dpo:run",
-    "rm": "flashmask_paddle.train.rm:run",
-}
 
 
 def get_runner(task: str):

@@ -20,13 +20,22 @@ import typing
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from .integration import KINDS as ATTENTION_KINDS  # the attention switch owns its kinds
+from .preference import DATA_FORMATS as PREFERENCE_FORMATS  # the parsers own their formats
+
 __all__ = [
     "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "LoraSection", "DPOSection", "RMSection",
     "RecipeConfig", "load_config", "from_dict", "apply_overrides", "valid_keys", "TASKS", "ATTENTION_KINDS",
 ]
 
-TASKS = ("sft", "lora", "dpo", "rm")
-ATTENTION_KINDS = ("flashmask", "dense")
+
+# task -> "module:function" of its runner (imported lazily by cli.get_runner): lora is SFT with adapters.
+TASKS = {
+    "sft": "flashmask_paddle.train.sft:run",
+    "lora": "flashmask_paddle.train.sft:run",
+    "dpo": "flashmask_paddle.train.dpo:run",
+    "rm": "flashmask_paddle.train.rm:run",
+}
 
 
 class ConfigError(ValueError):
@@ -76,7 +85,7 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """``train``: the PaddleNLP trainer's settings (``sft.training_args``), output and resume."""
+    """``train``: the PaddleNLP trainer's settings (``runner.training_args``), output and resume."""
 
     output_dir: str = "runs/sft"
     max_steps: int = 100  # > 0 wins over num_train_epochs
@@ -109,9 +118,6 @@ class LoraSection:
                                  ".*gate_proj.*", ".*up_proj.*", ".*down_proj.*"])
 
 
-PREFERENCE_FORMATS = ("hh-rlhf", "ranked")  # see flashmask_paddle.train.preference
-
-
 @dataclass
 class DPOSection:
     """``dpo`` (task dpo): PaddleNLP DPOCriterion settings and the preference data format."""
@@ -140,7 +146,7 @@ class RMSection:
 class RecipeConfig:
     """A whole recipe: task, attention kind and the sections (see the module doc)."""
 
-    task: str = field(default="sft", metadata={"choices": TASKS})
+    task: str = field(default="sft", metadata={"choices": tuple(TASKS)})
     # flashmask: our column-wise op; dense: the same mask materialised as an N x N matrix.
     attention: str = field(default="flashmask", metadata={"choices": ATTENTION_KINDS})
     model: ModelConfig = field(default_factory=ModelConfig)

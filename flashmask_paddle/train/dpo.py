@@ -56,7 +56,7 @@ def paddlenlp_dpo_config(section) -> PaddleNLPDPOConfig:
 def _trainer_class():
     from paddlenlp.trl import DPOTrainer
 
-    from .dataset import PackedMetricsMixin
+    from .packed_trainer import PackedMetricsMixin
 
     class PackedDPOTrainer(PackedMetricsMixin, DPOTrainer):
         """``DPOTrainer`` on pre-packed rows. Overrides only:
@@ -88,9 +88,10 @@ def build_trainer(cfg: RecipeConfig):
     import paddle
 
     from .modeling import build_model
-    from .pref_recipe import make_collator, preference_datasets
+    from .data import preference_datasets
+    from .dataset import make_collator
     from .preference import collate_dpo
-    from .sft import training_args
+    from .runner import training_args
 
     dpo_config = paddlenlp_dpo_config(cfg.dpo)
     tokenizer, train_ds, eval_ds, stats = preference_datasets(cfg, cfg.dpo, num_answers=2)
@@ -112,8 +113,8 @@ def build_trainer(cfg: RecipeConfig):
 
 def run(cfg: RecipeConfig) -> dict:
     """Train DPO per the recipe; returns (and writes to output_dir/summary.json) the summary."""
-    from .pref_recipe import run_recipe
+    from .runner import accuracy_fields, train_and_summarize
 
     if cfg.task != "dpo":
         raise ConfigError(f"dpo.run handles task dpo, got {cfg.task!r}")
-    return run_recipe(cfg, build_trainer, accuracy_key="rewards/accuracies")
+    return train_and_summarize(cfg, build_trainer, accuracy_fields("rewards/accuracies"))

@@ -247,7 +247,7 @@ def mask_densities(indices, causal: bool) -> tuple[float, float]:
 
 def row_bookkeeping(num_tokens, indices, causal: bool) -> dict:
     """The per-row bookkeeping keys of a batch (``dataset.META_KEYS``, popped by
-    ``dataset.PackedMetricsMixin``): ``num_tokens`` (real tokens) and ``visible_pairs`` (visible
+    ``packed_trainer.PackedMetricsMixin``): ``num_tokens`` (real tokens) and ``visible_pairs`` (visible
     (query, key) pairs, mean over mask heads) of rows with ``startend_row_indices`` ``[B, Hm, S, C]``."""
     from flashmask_paddle import masks
 

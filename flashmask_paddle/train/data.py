@@ -1,24 +1,92 @@
-"""What the DPO and reward-model recipes share: packed preference rows from a recipe, the batch
-collator, and the run (``sft.train_and_summarize`` with accuracies in the summary).
+"""A recipe's data: read the files of the ``data`` section, tokenize, pack, and wrap as datasets.
 
-Rows come from :mod:`.preference` (a prompt and its ranked answers per group, several groups per
-row, the share-question mask); everything else reuses the SFT framework: tokenizer
-(:func:`.tokenizer.get_tokenizer`, trained on the preference texts when no model dir is given),
-``PackedDataset`` and ``PackedMetricsMixin`` (bookkeeping keys -> tokens/s, mask density; in-order
-sampler) from :mod:`.dataset`, ``training_args`` and ``train_and_summarize`` from :mod:`.sft`.
+* SFT / LoRA: :func:`sft_datasets` -- one document per row of ``data.train_file``:
+  ``<s> template(prompt) response </s>``, loss on the response only (``packing.pack`` lays them out);
+* DPO / RM: :func:`preference_datasets` -- a prompt and its ranked answers per row
+  (``preference.load_preferences`` / ``pack_preferences`` lay them out).
+
+Each returns ``(tokenizer, train_dataset, eval_dataset or None, train_stats)``; the tokenizer is the
+model directory's, or a SentencePiece model trained on the training text (``tokenizer.get_tokenizer``).
 """
 from __future__ import annotations
 
+import gzip
+import json
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import preference
 from .config import ConfigError
-from .packing import mask_densities, row_bookkeeping
+from .packing import mask_densities, pack, prompt_response_document
 from .tokenizer import encode, get_tokenizer
 
-__all__ = ["PreferenceStats", "preference_datasets", "make_collator", "run_recipe"]
+__all__ = ["read_jsonl", "sft_documents", "sft_datasets", "PreferenceStats", "preference_datasets"]
+
+
+def read_jsonl(path: str, max_rows: int = 0, required=()) -> list:
+    """Rows of a ``.jsonl`` / ``.jsonl.gz`` file; a clear error on a missing file, bad line or key."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"data file not found: {path!r}")
+    opener = gzip.open if path.endswith(".gz") else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{path}:{n}: not a JSON object per line ({e})") from None
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise ConfigError(f"{path}:{n}: missing key(s) {missing}; the row has {sorted(row)}")
+            rows.append(row)
+            if max_rows and len(rows) >= max_rows:
+                break
+    if not rows:
+        raise ConfigError(f"data file {path!r} has no rows")
+    return rows
+
+
+def _texts(rows, data_cfg):
+    for r in rows:
+        yield data_cfg.prompt_template.format(prompt=r[data_cfg.prompt_key]) + r[data_cfg.response_key]
+
+
+def sft_documents(rows, tokenizer, data_cfg) -> list:
+    """One :class:`Document` per row: ``<s> template(prompt) response </s>``, loss on the response only."""
+    docs = []
+    for r in rows:
+        prompt = encode(tokenizer, data_cfg.prompt_template.format(prompt=r[data_cfg.prompt_key]))
+        response = encode(tokenizer, r[data_cfg.response_key])
+        docs.append(prompt_response_document(prompt, response, tokenizer.bos_token_id, tokenizer.eos_token_id))
+    return docs
+
+
+def sft_datasets(cfg):
+    """``(tokenizer, train_dataset, eval_dataset or None, train_stats)`` for an SFT/LoRA recipe."""
+    from .dataset import PackedDataset
+
+    d = cfg.data
+    required = (d.prompt_key, d.response_key)
+    rows = read_jsonl(d.train_file, d.max_samples, required)
+    tokenizer = get_tokenizer(cfg.model, lambda: _texts(rows, d))
+    docs = sft_documents(rows, tokenizer, d)
+    packs, stats = pack(docs, d.max_length, tokenizer.pad_token_id, overlong=d.overlong, packing=d.packing,
+                        shuffle_seed=cfg.train.seed)
+    print(f"[flashmask-train] train data: {stats.summary()}", flush=True)
+    if stats.loss_tokens == 0:
+        raise ConfigError(f"no response token fits in data.max_length={d.max_length} (every prompt is at least "
+                          "that long after truncation): raise data.max_length or use data.overlong=drop")
+    eval_ds = None
+    if d.eval_file:
+        eval_rows = read_jsonl(d.eval_file, 0, required)
+        eval_packs, eval_stats = pack(sft_documents(eval_rows, tokenizer, d), d.max_length, tokenizer.pad_token_id,
+                                      overlong=d.overlong, packing=d.packing)
+        eval_ds = PackedDataset(eval_packs, eval_stats)
+    return tokenizer, PackedDataset(packs, stats), eval_ds, stats
 
 
 @dataclass
@@ -97,33 +165,3 @@ def preference_datasets(cfg, section, num_answers: int):
         eval_rows, eval_stats = _pack_file(cfg.data.eval_file, cfg, section, tokenizer, num_answers, None)
         eval_ds = PackedDataset(eval_rows, eval_stats)
     return tokenizer, PackedDataset(rows, stats), eval_ds, stats
-
-
-def make_collator(collate):
-    """Wrap a numpy collator (``preference.collate_dpo`` / ``collate_rm``) into paddle tensors plus the
-    ``num_tokens`` / ``visible_pairs`` bookkeeping keys that ``dataset.PackedMetricsMixin`` pops.
-
-    Must not raise on data that passed ``check_row`` (a raising collate_fn hangs paddle's DataLoader).
-    """
-    def collator(rows):
-        import paddle
-
-        batch = collate(rows)
-        batch.update(row_bookkeeping([r.num_tokens for r in rows], batch["attn_mask_startend_row_indices"],
-                                     causal=True))
-        return {k: paddle.to_tensor(v) for k, v in batch.items()}
-
-    return collator
-
-
-def run_recipe(cfg, build_trainer, accuracy_key: str) -> dict:
-    """``sft.train_and_summarize`` plus the final train accuracy and the eval accuracy (under the
-    trainer's ``accuracy_key`` log name) in the summary."""
-    from .sft import train_and_summarize
-
-    def accuracies(trainer, eval_metrics):
-        logged = [h[accuracy_key] for h in trainer.history if accuracy_key in h]
-        return {"final_accuracy": logged[-1] if logged else None,
-                "eval_accuracy": eval_metrics.get("eval_" + accuracy_key)}
-
-    return train_and_summarize(cfg, build_trainer, accuracies)
