@@ -77,6 +77,8 @@ class DataConfig:
     prompt_template: str = "Question: {prompt}\nAnswer: "
     max_length: int = 512  # tokens per packed row
     max_samples: int = 0  # 0 = every row of the file
+    # SFT prompts longer than this keep their last tokens (PaddleNLP's src_length); 0 = no limit.
+    max_prompt_len: int = 0
     # Documents longer than max_length: cut to max_length ("truncate") or skipped ("drop").
     overlong: str = field(default="truncate", metadata={"choices": ("truncate", "drop")})
     # True: many documents per row (first-fit decreasing); False: one document per row, padded.
@@ -95,10 +97,14 @@ class TrainConfig:
     learning_rate: float = 1.0e-3
     lr_scheduler_type: str = field(default="cosine", metadata={"choices": ("linear", "cosine", "constant")})
     warmup_steps: int = 10
+    warmup_ratio: float = 0.0  # used when warmup_steps is 0: that share of the steps
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     logging_steps: int = 10
-    save_steps: int = 50
+    # visualdl: VisualDL logs of every logged value under logging_dir (default <output_dir>/visualdl).
+    report_to: str = field(default="none", metadata={"choices": ("none", "visualdl")})
+    logging_dir: Optional[str] = None
+    save_steps: int = 50  # 0 = no checkpoints during training (the final model is still saved)
     save_total_limit: int = 2
     seed: int = 42
     # False: start fresh; True: the latest checkpoint-* in output_dir; a path: that checkpoint.
@@ -128,7 +134,11 @@ class DPOSection:
         "sigmoid", "hinge", "ipo", "kto_pair", "sppo_hard", "nca_pair", "dpop", "or", "simpo")})
     label_smoothing: float = 0.0
     sft_loss_ratio: float = 0.0  # > 0 adds the chosen answers' NLL (PaddleNLP DPOCriterion)
-    # Preference data (data.train_file): hh-rlhf {"chosen","rejected"} or ranked {"prompt","answers"}.
+    pref_loss_ratio: float = 1.0  # weight of the preference loss (PaddleNLP DPOCriterion)
+    simpo_gamma: float = 0.5  # loss_type simpo: the target reward margin
+    dpop_lambda: float = 50.0  # loss_type dpop: the penalty weight
+    # Preference data (data.train_file): hh-rlhf {"chosen","rejected"}, ranked {"prompt","answers"}, or
+    # src-tgt {"src","tgt","response","sort"} (PaddleNLP's DPO / reward-model format).
     data_format: str = field(default="hh-rlhf", metadata={"choices": PREFERENCE_FORMATS})
     max_prompt_len: int = 256  # over-long groups keep the prompt's last tokens (data.overlong)
 
@@ -303,6 +313,8 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
                               f"(looked in {os.getcwd()}" + (f" and {base})" if base else ")"))
         setattr(sec, name, resolved)
     cfg.train.output_dir = os.path.abspath(os.path.expanduser(cfg.train.output_dir))
+    if cfg.train.logging_dir is not None:
+        cfg.train.logging_dir = os.path.abspath(os.path.expanduser(cfg.train.logging_dir))
     return cfg
 
 

@@ -19,10 +19,11 @@ import numpy as np
 
 from . import preference
 from .config import ConfigError
-from .packing import mask_densities, pack, prompt_response_document
+from .packing import conversation_document, mask_densities, pack, packing_report
 from .tokenizer import encode, get_tokenizer
 
-__all__ = ["read_jsonl", "sft_documents", "sft_datasets", "PreferenceStats", "preference_datasets"]
+__all__ = ["read_jsonl", "sft_documents", "sft_datasets", "print_packing_report", "PreferenceStats",
+           "preference_datasets"]
 
 
 def read_jsonl(path: str, max_rows: int = 0, required=()) -> list:
@@ -50,19 +51,51 @@ def read_jsonl(path: str, max_rows: int = 0, required=()) -> list:
     return rows
 
 
+def _turns(row, data_cfg, where: str) -> list:
+    """``[(prompt text, response text), ...]`` of one row: one turn, or several when the prompt and
+    response keys hold equally long lists (PaddleNLP's multi-turn ``src`` / ``tgt``)."""
+    prompts, responses = row[data_cfg.prompt_key], row[data_cfg.response_key]
+    prompts = prompts if isinstance(prompts, list) else [prompts]
+    responses = responses if isinstance(responses, list) else [responses]
+    if len(prompts) != len(responses) or not prompts:
+        raise ConfigError(f"{where}: {data_cfg.prompt_key!r} and {data_cfg.response_key!r} must be strings or "
+                          f"equally long lists (one response per prompt), got {len(prompts)} and {len(responses)}")
+    if not all(isinstance(t, str) for t in prompts + responses):
+        raise ConfigError(f"{where}: {data_cfg.prompt_key!r} and {data_cfg.response_key!r} must hold strings")
+    return [(data_cfg.prompt_template.format(prompt=p), r) for p, r in zip(prompts, responses)]
+
+
 def _texts(rows, data_cfg):
-    for r in rows:
-        yield data_cfg.prompt_template.format(prompt=r[data_cfg.prompt_key]) + r[data_cfg.response_key]
+    for n, r in enumerate(rows):
+        for prompt, response in _turns(r, data_cfg, f"row {n + 1}"):
+            yield prompt + response
 
 
 def sft_documents(rows, tokenizer, data_cfg) -> list:
-    """One :class:`Document` per row: ``<s> template(prompt) response </s>``, loss on the response only."""
+    """One :class:`Document` per row: ``<s> template(prompt) response </s>`` per turn, loss on the
+    responses only; prompts over ``data.max_prompt_len`` keep their last tokens (counted as truncated)."""
     docs = []
-    for r in rows:
-        prompt = encode(tokenizer, data_cfg.prompt_template.format(prompt=r[data_cfg.prompt_key]))
-        response = encode(tokenizer, r[data_cfg.response_key])
-        docs.append(prompt_response_document(prompt, response, tokenizer.bos_token_id, tokenizer.eos_token_id))
+    for n, r in enumerate(rows):
+        turns, cut = [], False
+        for prompt, response in _turns(r, data_cfg, f"row {n + 1}"):
+            prompt_ids = encode(tokenizer, prompt)
+            if 0 < data_cfg.max_prompt_len < len(prompt_ids):
+                prompt_ids, cut = prompt_ids[-data_cfg.max_prompt_len:], True
+            turns.append((prompt_ids, encode(tokenizer, response)))
+        docs.append(conversation_document(turns, tokenizer.bos_token_id, tokenizer.eos_token_id, truncated=cut))
     return docs
+
+
+def print_packing_report(report: dict, data_cfg) -> None:
+    """The packing report on stdout; records dropped by ``data.overlong: drop`` get their own line."""
+    reasons = ", ".join(f"{k} {v}" for k, v in report["dropped_by_reason"].items())
+    print(f"[flashmask-train] packing report: {report['records']} records, kept {report['kept']} "
+          f"({report['truncated']} truncated), dropped {report['dropped']}{f' ({reasons})' if reasons else ''}; "
+          f"padding ratio {report['padding_ratio']:.2%}", flush=True)
+    too_long = report["dropped_by_reason"].get("too_long", 0)
+    if too_long and data_cfg.overlong == "drop":
+        print(f"[flashmask-train] warning: data.overlong=drop dropped {too_long} of {report['records']} records "
+              f"longer than data.max_length={data_cfg.max_length}", flush=True)
 
 
 def sft_datasets(cfg):
@@ -77,6 +110,7 @@ def sft_datasets(cfg):
     packs, stats = pack(docs, d.max_length, tokenizer.pad_token_id, overlong=d.overlong, packing=d.packing,
                         shuffle_seed=cfg.train.seed)
     print(f"[flashmask-train] train data: {stats.summary()}", flush=True)
+    print_packing_report(stats.report(), d)
     if stats.loss_tokens == 0:
         raise ConfigError(f"no response token fits in data.max_length={d.max_length} (every prompt is at least "
                           "that long after truncation): raise data.max_length or use data.overlong=drop")
@@ -111,6 +145,13 @@ class PreferenceStats:
                 f"{self.tokens} tokens, row fill {fill:.1%}, mask density {self.mask_density:.4f}, "
                 f"128x128 tile density {self.tile_density:.3f}")
 
+    def report(self) -> dict:
+        """The packing report of a run's summary (``packing.packing_report``): skipped rows of the file
+        and groups that did not fit both count as dropped."""
+        dropped = {**self.skipped, **self.dropped}
+        return packing_report(self.examples + sum(self.skipped.values()), self.groups, self.truncated, dropped,
+                              self.tokens, self.padding)
+
 
 def _load(path, section, max_samples):
     """``preference.load_preferences`` with its data errors as ConfigError (one line from the CLI)."""
@@ -128,9 +169,20 @@ def _pack_file(path, cfg, section, tokenizer, num_answers, shuffle_seed):
         raise ConfigError(f"{path}: rows have {len(examples[0].answers)} answers, the recipe expects "
                           f"{num_answers} ({wanted})")
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+
+    def encode_prompt(prompt):
+        """A prompt string -> ``<s> prompt``; a conversation ``(user, assistant, ..., user)`` ->
+        ``<s> user assistant </s> ... <s> user`` (PaddleNLP's multi-turn preference prompt)."""
+        if isinstance(prompt, str):
+            return bos + encode(tokenizer, prompt)
+        ids = []
+        for n, text in enumerate(prompt):
+            ids += bos + encode(tokenizer, text) if n % 2 == 0 else encode(tokenizer, text) + [tokenizer.eos_token_id]
+        return ids
+
     try:
         rows, counts = preference.pack_preferences(
-            examples, lambda text: bos + encode(tokenizer, text), lambda text: encode(tokenizer, text),
+            examples, encode_prompt, lambda text: encode(tokenizer, text),
             max_length=d.max_length, max_prompt_len=section.max_prompt_len, eos_id=tokenizer.eos_token_id,
             pad_id=tokenizer.pad_token_id, truncate=d.overlong == "truncate", packing=d.packing,
             shuffle_seed=shuffle_seed)
@@ -154,12 +206,13 @@ def preference_datasets(cfg, section, num_answers: int):
     def texts():  # tokenizer training text when no model dir is given (cached by content)
         examples, _ = _load(cfg.data.train_file, section, cfg.data.max_samples)
         for e in examples:
-            yield e.prompt
+            yield from [e.prompt] if isinstance(e.prompt, str) else e.prompt
             yield from e.answers
 
     tokenizer = get_tokenizer(cfg.model, texts)
     rows, stats = _pack_file(cfg.data.train_file, cfg, section, tokenizer, num_answers, cfg.train.seed)
     print(f"[flashmask-train] train data: {stats.summary()}", flush=True)
+    print_packing_report(stats.report(), cfg.data)
     eval_ds = None
     if cfg.data.eval_file:
         eval_rows, eval_stats = _pack_file(cfg.data.eval_file, cfg, section, tokenizer, num_answers, None)

@@ -49,7 +49,9 @@ def paddlenlp_dpo_config(section) -> PaddleNLPDPOConfig:
     if section.beta <= 0:
         raise ConfigError(f"dpo.beta must be > 0, got {section.beta}")
     return PaddleNLPDPOConfig(beta=section.beta, loss_type=section.loss_type, reference_free=section.reference_free,
-                              label_smoothing=section.label_smoothing, sft_loss_ratio=section.sft_loss_ratio)
+                              label_smoothing=section.label_smoothing, sft_loss_ratio=section.sft_loss_ratio,
+                              pref_loss_ratio=section.pref_loss_ratio, simpo_gamma=section.simpo_gamma,
+                              dpop_lambda=section.dpop_lambda)
 
 
 @functools.lru_cache(maxsize=None)  # one class object, so isinstance checks hold

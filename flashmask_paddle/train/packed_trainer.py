@@ -17,7 +17,8 @@ class PackedMetricsMixin:
 
     * ``compute_loss`` pops META_KEYS (the model must not receive them) and counts real tokens and
       visible pairs of training batches, then calls the trainer's own loss;
-    * ``log`` adds ``tokens_per_sec`` (real tokens, not padding) and ``mask_density`` (visible pairs /
+    * ``log`` adds ``tokens_per_sec`` (real tokens, not padding, of all data-parallel ranks) and
+      ``mask_density`` (visible pairs /
       S^2) to each log line and keeps every log dict in ``history`` (the stock
       ``state.log_history`` is cleared at each log);
     * ``_get_train_sampler`` reads rows in their stored order. Rows are shuffled once, with the recipe
@@ -44,17 +45,30 @@ class PackedMetricsMixin:
     def log(self, logs, **kwargs):
         if "loss" in logs:
             now = time.perf_counter()
-            logs["tokens_per_sec"] = round(self._tokens / max(now - self._t_last, 1e-9), 1)
-            if self._pair_slots:
-                logs["mask_density"] = round(self._pairs / self._pair_slots, 5)
+            tokens, pairs, pair_slots = self._global_counts()
+            logs["tokens_per_sec"] = round(tokens / max(now - self._t_last, 1e-9), 1)
+            if pair_slots:
+                logs["mask_density"] = round(pairs / pair_slots, 5)
             self._tokens, self._pairs, self._pair_slots, self._t_last = 0, 0.0, 0.0, now
         result = super().log(logs, **kwargs)  # trainers below may add their metrics to `logs` in place
         self.history.append(dict(logs))
         return result
 
     def _get_train_sampler(self):
-        if self.args.world_size > 1:
-            return super()._get_train_sampler()
+        if self.args.world_size > 1:  # data parallel: rank r reads rows [r*B, (r+1)*B) of each global batch
+            return paddle.io.DistributedBatchSampler(
+                self.train_dataset, batch_size=self.args.per_device_train_batch_size, shuffle=False,
+                num_replicas=self.args.dataset_world_size, rank=self.args.dataset_rank,
+                drop_last=self.args.dataloader_drop_last)
         return paddle.io.BatchSampler(dataset=self.train_dataset, shuffle=False,
                                       batch_size=self.args.per_device_train_batch_size,
                                       drop_last=self.args.dataloader_drop_last)
+
+    def _global_counts(self):
+        """Tokens, visible pairs and pair slots since the last log, summed over data-parallel ranks."""
+        counts = [float(self._tokens), self._pairs, self._pair_slots]
+        if self.args.world_size > 1:  # every rank logs at the same steps, so the collective lines up
+            total = paddle.to_tensor(counts, dtype="float64")
+            paddle.distributed.all_reduce(total)
+            counts = total.numpy().tolist()
+        return counts
