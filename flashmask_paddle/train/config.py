@@ -105,7 +105,7 @@ class TrainConfig:
     report_to: str = field(default="none", metadata={"choices": ("none", "visualdl")})
     logging_dir: Optional[str] = None
     save_steps: int = 50  # 0 = no checkpoints during training (the final model is still saved)
-    save_total_limit: int = 2
+    save_total_limit: Optional[int] = 2  # null = keep every checkpoint
     seed: int = 42
     # False: start fresh; True: the latest checkpoint-* in output_dir; a path: that checkpoint.
     resume: Union[bool, str] = False

@@ -1,7 +1,8 @@
 """SFT and LoRA: packed prompt/response rows through ``paddlenlp.trl.SFTTrainer``.
 
 ``run(cfg)`` (tasks ``sft`` and ``lora``): the data (``data.sft_datasets``: read, tokenize, pack), the
-model (``modeling.build_model``; wrapped in LoRA adapters for ``task: lora``, see :mod:`.lora`), and
+model (``modeling.build_model``; wrapped in LoRA adapters for ``task: lora`` and merged into a plain
+model under ``<output_dir>/merged`` at the end, see :mod:`.lora`), and
 :class:`PackedSFTTrainer`, run by ``runner.train_and_summarize`` under ``attention: flashmask`` or
 ``dense``. Writes checkpoints, the final model + tokenizer and ``summary.json`` into
 ``train.output_dir``.
@@ -62,4 +63,9 @@ def run(cfg: RecipeConfig) -> dict:
 
     if cfg.task not in ("sft", "lora"):
         raise ConfigError(f"sft.run handles task sft or lora, got {cfg.task!r}")
+    if cfg.task == "lora":  # the adapters are also merged into a plain model: <output_dir>/merged
+        from .lora import export_after_training
+
+        return train_and_summarize(cfg, build_trainer, lambda trainer, metrics: export_after_training(
+            trainer, metrics, cfg))
     return train_and_summarize(cfg, build_trainer)
