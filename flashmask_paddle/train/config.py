@@ -25,7 +25,7 @@ from .preference import DATA_FORMATS as PREFERENCE_FORMATS  # the parsers own th
 
 __all__ = [
     "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "LoraSection", "DPOSection", "RMSection",
-    "RecipeConfig", "load_config", "from_dict", "apply_overrides", "valid_keys", "TASKS", "ATTENTION_KINDS",
+    "RecipeConfig", "load_config", "read_mapping", "parse_override", "from_dict", "apply_overrides", "valid_keys", "TASKS", "ATTENTION_KINDS",
 ]
 
 
@@ -255,7 +255,8 @@ def from_dict(cls, data, prefix: str = ""):
     return cls(**kwargs)
 
 
-def _parse_override(text: str):
+def parse_override(text: str):
+    """``key=value`` -> ``(key, value parsed as YAML)``; ConfigError for anything else."""
     import yaml
 
     if "=" not in text:
@@ -273,7 +274,7 @@ def apply_overrides(data: dict, overrides) -> dict:
     """Set dotted ``key=value`` overrides into the raw recipe mapping (validated later)."""
     data = dict(data)
     for text in overrides or ():
-        key, value = _parse_override(text)
+        key, value = parse_override(text)
         parts = key.split(".")
         node, cls = data, RecipeConfig
         for depth, part in enumerate(parts[:-1]):
@@ -318,19 +319,24 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
     return cfg
 
 
+def read_mapping(path: str, parse, parse_error, language: str):
+    """``parse(file)`` of the config file at ``path``; a missing file or a ``parse_error`` is a ConfigError."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"recipe file not found: {path!r}")
+    with open(path, encoding="utf-8") as f:
+        try:
+            return parse(f)
+        except parse_error as e:
+            raise ConfigError(f"{path}: not valid {language}: {e}") from None
+
+
 def load_config(path: Optional[str] = None, overrides=(), data: Optional[dict] = None,
                 check_files: bool = True) -> RecipeConfig:
     """Read a YAML recipe (or a ready mapping), apply overrides, validate, resolve paths."""
     import yaml
 
     if path is not None:
-        if not os.path.isfile(path):
-            raise ConfigError(f"recipe file not found: {path!r}")
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = yaml.safe_load(f)
-            except yaml.YAMLError as e:
-                raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        data = read_mapping(path, yaml.safe_load, yaml.YAMLError, "YAML")
         if data is not None and not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of recipe keys at the top level, "
                               f"got {type(data).__name__}; valid keys: {', '.join(valid_keys(RecipeConfig))}")

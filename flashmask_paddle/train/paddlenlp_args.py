@@ -31,7 +31,7 @@ import dataclasses
 import json
 import os
 
-from .config import ConfigError, RecipeConfig, from_dict, resolve_paths
+from .config import ConfigError, RecipeConfig, from_dict, parse_override, read_mapping, resolve_paths
 
 __all__ = ["load_paddlenlp_config", "paddlenlp_to_recipe", "detect_task", "NO_EFFECT"]
 
@@ -229,19 +229,11 @@ _SCRIPTS = {"sft": "llm/run_finetune.py", "lora": "llm/run_finetune.py", "dpo": 
 def load_paddlenlp_config(path: str, overrides=(), check_files: bool = True) -> RecipeConfig:
     """Read a PaddleNLP JSON argument file, apply ``key=value`` overrides (PaddleNLP key names; values
     parsed as YAML; ``task=dpo|rm`` picks the script), map and validate it as a recipe."""
-    from .config import _parse_override
-
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file not found: {path!r}")
-    with open(path, encoding="utf-8") as f:
-        try:
-            args = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON: {e}") from None
+    args = read_mapping(path, json.load, json.JSONDecodeError, "JSON")
     if not isinstance(args, dict):
         raise ConfigError(f"{path}: expected one JSON object of PaddleNLP arguments, got {type(args).__name__}")
     for text in overrides or ():
-        key, value = _parse_override(text)
+        key, value = parse_override(text)
         args[key] = value
     task = detect_task(args, path)
     cfg = from_dict(RecipeConfig, paddlenlp_to_recipe(args, task))
