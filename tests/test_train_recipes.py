@@ -14,7 +14,7 @@ pytest.importorskip("paddlenlp")
 
 from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
-from flashmask_paddle.train.sft import read_jsonl  # noqa: E402
+from flashmask_paddle.train.data import read_jsonl  # noqa: E402
 
 from recipe_testing import ATTENTION, RECIPES, check_resume_reproduces_the_next_step, step_losses  # noqa: E402
 

@@ -1,15 +1,19 @@
 """Training recipes on PaddleNLP with packed rows and column-wise FlashMask masks.
 
-Pieces (each its own module, importable on their own; paddle/paddlenlp load lazily):
+One job per module (paddle/paddlenlp load lazily; ``packing`` and ``preference`` need only numpy):
 
-* ``config``      -- typed YAML recipes: ``load_config(path, overrides)`` -> ``RecipeConfig``
-* ``cli``         -- ``flashmask-train RECIPE.yaml [key=value ...]`` / ``python -m flashmask_paddle.train``;
-                     ``TASKS`` registry: sft, lora -> ``sft.run``; dpo -> ``dpo.run``; rm -> ``rm.run``
-* ``tokenizer``   -- ``get_tokenizer(model_cfg, texts)``: local model's or a cached SentencePiece
-* ``modeling``    -- ``build_model(model_cfg, tokenizer, seed)``: Llama / Qwen2 (local dir or random init)
-* ``integration`` -- ``enable_flashmask(kind)`` / ``flashmask_enabled(kind)``: PaddleNLP attention
-                     through our op (``flashmask``) or an explicit N x N mask (``dense``)
-* ``packing``     -- first-fit-decreasing packing of documents into rows with position ids, labels,
-                     ``startend_row_indices`` and per-row document boundaries
-* ``sft``         -- SFT and LoRA through ``paddlenlp.trl.SFTTrainer`` and ``paddlenlp.peft``
+* configuration -- ``config``: typed YAML recipes, ``load_config(path, overrides)`` -> ``RecipeConfig``,
+  the ``TASKS`` registry (task -> runner); ``paddlenlp_args``: PaddleNLP's JSON argument files
+  (``run_finetune.py``, ``run_dpo.py``, ``run_reward.py``) mapped onto a recipe
+* command line  -- ``cli``: ``flashmask-train RECIPE.yaml|CONFIG.json [key=value ...]``
+* data          -- ``data``: a recipe's files -> tokenizer, packed datasets and statistics;
+  ``packing``: documents -> rows (first-fit decreasing) with ``startend_row_indices``;
+  ``preference``: prompts with ranked answers -> rows under the share-question mask;
+  ``dataset``: rows as a ``paddle.io.Dataset`` and the collators; ``tokenizer``: the model's own or
+  a cached SentencePiece one
+* models        -- ``modeling``: Llama / Qwen2 (local dir or random init); ``integration``: PaddleNLP's
+  attention through our op (``flashmask``) or an explicit N x N mask (``dense``)
+* trainers      -- ``packed_trainer``: the mixin every trainer on packed rows uses; ``sft`` (SFT and
+  LoRA, with ``lora``: adapters and their merge), ``dpo``, ``rm``: one module per task
+* the run       -- ``runner``: resume, train, save, evaluate, summary, logs and curves
 """

@@ -1,6 +1,9 @@
-"""``flashmask-train RECIPE.yaml [key=value ...]``: load, validate and run a recipe.
+"""``flashmask-train RECIPE.yaml|CONFIG.json [key=value ...]``: load, validate and run a recipe.
 
-The ``task`` key picks the runner from :data:`TASKS` (imported lazily, so a recipe only loads what it
+A ``.json`` file is read as PaddleNLP's argument file (:mod:`.paddlenlp_args`), anything else as a
+YAML recipe (:mod:`.config`).
+
+The ``task`` picks the runner from :data:`TASKS` (imported lazily, so a recipe only loads what it
 uses): ``sft`` and ``lora`` -> :func:`flashmask_paddle.train.sft.run`; ``dpo`` ->
 ``flashmask_paddle.train.dpo:run``; ``rm`` -> ``flashmask_paddle.train.rm:run``. Each runner takes the
 validated :class:`~flashmask_paddle.train.config.RecipeConfig`. Config errors print one clear line
@@ -12,16 +15,9 @@ import argparse
 import importlib
 import sys
 
-from .config import ConfigError, load_config
+from .config import TASKS, ConfigError, load_config
 
 __all__ = ["TASKS", "main", "run_config", "get_runner"]
-
-TASKS = {
-    "sft": "flashmask_paddle.train.sft:run",
-    "lora": "flashmask_paddle.train.sft:run",
-    "dpo": "flashmask_paddle.train.dpo:run",
-    "rm": "flashmask_paddle.train.rm:run",
-}
 
 
 def get_runner(task: str):
@@ -43,12 +39,19 @@ def main(argv=None) -> int:
         prog="flashmask-train",
         description="Train a recipe (sft, lora, dpo, rm) on PaddleNLP with packed rows and FlashMask attention.",
         epilog="Overrides use dotted keys, e.g. train.max_steps=2 attention=dense model.model_name_or_path=/dir")
-    parser.add_argument("recipe", help="YAML recipe, e.g. recipes/sft.yaml")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides (values parsed as YAML)")
+    parser.add_argument("recipe", help="YAML recipe (recipes/sft.yaml) or a PaddleNLP JSON argument file "
+                        "(run_finetune.py / run_dpo.py / run_reward.py keys)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides (values parsed as YAML; dotted recipe keys "
+                        "for YAML, PaddleNLP key names for JSON)")
     parser.add_argument("--print-config", action="store_true", help="print the validated config and exit")
     args = parser.parse_intermixed_args(argv)  # options may sit between overrides
     try:
-        cfg = load_config(args.recipe, args.overrides)
+        if args.recipe.endswith(".json"):  # a PaddleNLP argument file (run_finetune / run_dpo / run_reward)
+            from .paddlenlp_args import load_paddlenlp_config
+
+            cfg = load_paddlenlp_config(args.recipe, args.overrides)
+        else:
+            cfg = load_config(args.recipe, args.overrides)
         if args.print_config:
             import yaml
 

@@ -20,13 +20,22 @@ import typing
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from .integration import KINDS as ATTENTION_KINDS  # the attention switch owns its kinds
+from .preference import DATA_FORMATS as PREFERENCE_FORMATS  # the parsers own their formats
+
 __all__ = [
     "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "LoraSection", "DPOSection", "RMSection",
-    "RecipeConfig", "load_config", "from_dict", "apply_overrides", "valid_keys", "TASKS", "ATTENTION_KINDS",
+    "RecipeConfig", "load_config", "read_mapping", "parse_override", "from_dict", "apply_overrides", "valid_keys", "TASKS", "ATTENTION_KINDS",
 ]
 
-TASKS = ("sft", "lora", "dpo", "rm")
-ATTENTION_KINDS = ("flashmask", "dense")
+
+# task -> "module:function" of its runner (imported lazily by cli.get_runner): lora is SFT with adapters.
+TASKS = {
+    "sft": "flashmask_paddle.train.sft:run",
+    "lora": "flashmask_paddle.train.sft:run",
+    "dpo": "flashmask_paddle.train.dpo:run",
+    "rm": "flashmask_paddle.train.rm:run",
+}
 
 
 class ConfigError(ValueError):
@@ -68,6 +77,8 @@ class DataConfig:
     prompt_template: str = "Question: {prompt}\nAnswer: "
     max_length: int = 512  # tokens per packed row
     max_samples: int = 0  # 0 = every row of the file
+    # SFT prompts longer than this keep their last tokens (PaddleNLP's src_length); 0 = no limit.
+    max_prompt_len: int = 0
     # Documents longer than max_length: cut to max_length ("truncate") or skipped ("drop").
     overlong: str = field(default="truncate", metadata={"choices": ("truncate", "drop")})
     # True: many documents per row (first-fit decreasing); False: one document per row, padded.
@@ -76,7 +87,7 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """``train``: the PaddleNLP trainer's settings (``sft.training_args``), output and resume."""
+    """``train``: the PaddleNLP trainer's settings (``runner.training_args``), output and resume."""
 
     output_dir: str = "runs/sft"
     max_steps: int = 100  # > 0 wins over num_train_epochs
@@ -86,11 +97,15 @@ class TrainConfig:
     learning_rate: float = 1.0e-3
     lr_scheduler_type: str = field(default="cosine", metadata={"choices": ("linear", "cosine", "constant")})
     warmup_steps: int = 10
+    warmup_ratio: float = 0.0  # used when warmup_steps is 0: that share of the steps
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     logging_steps: int = 10
-    save_steps: int = 50
-    save_total_limit: int = 2
+    # visualdl: VisualDL logs of every logged value under logging_dir (default <output_dir>/visualdl).
+    report_to: str = field(default="none", metadata={"choices": ("none", "visualdl")})
+    logging_dir: Optional[str] = None
+    save_steps: int = 50  # 0 = no checkpoints during training (the final model is still saved)
+    save_total_limit: Optional[int] = 2  # null = keep every checkpoint
     seed: int = 42
     # False: start fresh; True: the latest checkpoint-* in output_dir; a path: that checkpoint.
     resume: Union[bool, str] = False
@@ -109,9 +124,6 @@ class LoraSection:
                                  ".*gate_proj.*", ".*up_proj.*", ".*down_proj.*"])
 
 
-PREFERENCE_FORMATS = ("hh-rlhf", "ranked")  # see flashmask_paddle.train.preference
-
-
 @dataclass
 class DPOSection:
     """``dpo`` (task dpo): PaddleNLP DPOCriterion settings and the preference data format."""
@@ -122,7 +134,11 @@ class DPOSection:
         "sigmoid", "hinge", "ipo", "kto_pair", "sppo_hard", "nca_pair", "dpop", "or", "simpo")})
     label_smoothing: float = 0.0
     sft_loss_ratio: float = 0.0  # > 0 adds the chosen answers' NLL (PaddleNLP DPOCriterion)
-    # Preference data (data.train_file): hh-rlhf {"chosen","rejected"} or ranked {"prompt","answers"}.
+    pref_loss_ratio: float = 1.0  # weight of the preference loss (PaddleNLP DPOCriterion)
+    simpo_gamma: float = 0.5  # loss_type simpo: the target reward margin
+    dpop_lambda: float = 50.0  # loss_type dpop: the penalty weight
+    # Preference data (data.train_file): hh-rlhf {"chosen","rejected"}, ranked {"prompt","answers"}, or
+    # src-tgt {"src","tgt","response","sort"} (PaddleNLP's DPO / reward-model format).
     data_format: str = field(default="hh-rlhf", metadata={"choices": PREFERENCE_FORMATS})
     max_prompt_len: int = 256  # over-long groups keep the prompt's last tokens (data.overlong)
 
@@ -140,7 +156,7 @@ class RMSection:
 class RecipeConfig:
     """A whole recipe: task, attention kind and the sections (see the module doc)."""
 
-    task: str = field(default="sft", metadata={"choices": TASKS})
+    task: str = field(default="sft", metadata={"choices": tuple(TASKS)})
     # flashmask: our column-wise op; dense: the same mask materialised as an N x N matrix.
     attention: str = field(default="flashmask", metadata={"choices": ATTENTION_KINDS})
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -239,7 +255,8 @@ def from_dict(cls, data, prefix: str = ""):
     return cls(**kwargs)
 
 
-def _parse_override(text: str):
+def parse_override(text: str):
+    """``key=value`` -> ``(key, value parsed as YAML)``; ConfigError for anything else."""
     import yaml
 
     if "=" not in text:
@@ -257,7 +274,7 @@ def apply_overrides(data: dict, overrides) -> dict:
     """Set dotted ``key=value`` overrides into the raw recipe mapping (validated later)."""
     data = dict(data)
     for text in overrides or ():
-        key, value = _parse_override(text)
+        key, value = parse_override(text)
         parts = key.split(".")
         node, cls = data, RecipeConfig
         for depth, part in enumerate(parts[:-1]):
@@ -297,7 +314,20 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
                               f"(looked in {os.getcwd()}" + (f" and {base})" if base else ")"))
         setattr(sec, name, resolved)
     cfg.train.output_dir = os.path.abspath(os.path.expanduser(cfg.train.output_dir))
+    if cfg.train.logging_dir is not None:
+        cfg.train.logging_dir = os.path.abspath(os.path.expanduser(cfg.train.logging_dir))
     return cfg
+
+
+def read_mapping(path: str, parse, parse_error, language: str):
+    """``parse(file)`` of the config file at ``path``; a missing file or a ``parse_error`` is a ConfigError."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"recipe file not found: {path!r}")
+    with open(path, encoding="utf-8") as f:
+        try:
+            return parse(f)
+        except parse_error as e:
+            raise ConfigError(f"{path}: not valid {language}: {e}") from None
 
 
 def load_config(path: Optional[str] = None, overrides=(), data: Optional[dict] = None,
@@ -306,13 +336,7 @@ def load_config(path: Optional[str] = None, overrides=(), data: Optional[dict] =
     import yaml
 
     if path is not None:
-        if not os.path.isfile(path):
-            raise ConfigError(f"recipe file not found: {path!r}")
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = yaml.safe_load(f)
-            except yaml.YAMLError as e:
-                raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        data = read_mapping(path, yaml.safe_load, yaml.YAMLError, "YAML")
         if data is not None and not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of recipe keys at the top level, "
                               f"got {type(data).__name__}; valid keys: {', '.join(valid_keys(RecipeConfig))}")

@@ -1,20 +1,19 @@
-"""Packs as a ``paddle.io.Dataset``, the collator that batches them, and the trainer mixin for them.
+"""Packed rows as a ``paddle.io.Dataset`` and the collators that batch them into paddle tensors.
 
 Batches hold the model inputs (``input_ids``, ``labels``, ``position_ids``,
-``attn_mask_startend_row_indices`` int32 ``[B, Hm, S, C]``) and two bookkeeping keys, ``META_KEYS``
-(``num_tokens``, ``visible_pairs`` per row), which :class:`PackedMetricsMixin` removes with
-:func:`split_meta` before calling the model and turns into tokens/s and mask density.
+``attn_mask_startend_row_indices`` int32 ``[B, Hm, S, C]``; preference batches their label rows and
+``response_indexs``) and two bookkeeping keys, ``META_KEYS`` (``num_tokens``, ``visible_pairs`` per
+row), which ``packed_trainer.PackedMetricsMixin`` removes with :func:`split_meta` before calling the
+model and turns into tokens/s and mask density.
 """
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import paddle
 
-from .packing import Pack, stack_packs
+from .packing import Pack, row_bookkeeping, stack_packs
 
-__all__ = ["PackedDataset", "collate_packs", "split_meta", "META_KEYS", "PackedMetricsMixin"]
+__all__ = ["PackedDataset", "collate_packs", "make_collator", "split_meta", "META_KEYS"]
 
 META_KEYS = ("num_tokens", "visible_pairs")
 
@@ -50,51 +49,16 @@ def split_meta(inputs: dict):
     return inputs, meta
 
 
-class PackedMetricsMixin:
-    """Mixin for PaddleNLP trainers on packed rows; put it before the trainer in the bases.
+def make_collator(collate):
+    """Wrap a numpy collator (``preference.collate_dpo`` / ``collate_rm``) into paddle tensors plus the
+    ``num_tokens`` / ``visible_pairs`` bookkeeping keys that ``packed_trainer.PackedMetricsMixin`` pops.
 
-    Overrides only what the packed format needs:
-
-    * ``compute_loss`` pops META_KEYS (the model must not receive them) and counts real tokens and
-      visible pairs of training batches, then calls the trainer's own loss;
-    * ``log`` adds ``tokens_per_sec`` (real tokens, not padding) and ``mask_density`` (visible pairs /
-      S^2) to each log line and keeps every log dict in ``history`` (the stock
-      ``state.log_history`` is cleared at each log);
-    * ``_get_train_sampler`` reads rows in their stored order. Rows are shuffled once, with the recipe
-      seed, at packing time; a fixed order makes ``resume`` replay exactly the batches after the
-      checkpoint (the stock shuffle draws from the global RNG, whose epoch-start state is not saved).
+    Must not raise on data that passed ``check_row`` (a raising collate_fn hangs paddle's DataLoader).
     """
+    def collator(rows):
+        batch = collate(rows)
+        batch.update(row_bookkeeping([r.num_tokens for r in rows], batch["attn_mask_startend_row_indices"],
+                                     causal=True))
+        return {k: paddle.to_tensor(v) for k, v in batch.items()}
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._tokens, self._pairs, self._pair_slots = 0, 0.0, 0.0
-        self._t_last = time.perf_counter()
-        self.history = []
-
-    def compute_loss(self, model, inputs, return_outputs=False):
-        inputs, meta = split_meta(inputs)
-        if "num_tokens" in meta and model.training:
-            seqlen = inputs["input_ids"].shape[1]
-            self._tokens += int(meta["num_tokens"].sum())
-            self._pairs += float(meta["visible_pairs"].sum())
-            self._pair_slots += float(len(meta["visible_pairs"]) * seqlen * seqlen)
-        # DPOTrainer.compute_loss takes no return_outputs: pass it only when asked for
-        return super().compute_loss(model, inputs, **({"return_outputs": True} if return_outputs else {}))
-
-    def log(self, logs, **kwargs):
-        if "loss" in logs:
-            now = time.perf_counter()
-            logs["tokens_per_sec"] = round(self._tokens / max(now - self._t_last, 1e-9), 1)
-            if self._pair_slots:
-                logs["mask_density"] = round(self._pairs / self._pair_slots, 5)
-            self._tokens, self._pairs, self._pair_slots, self._t_last = 0, 0.0, 0.0, now
-        result = super().log(logs, **kwargs)  # trainers below may add their metrics to `logs` in place
-        self.history.append(dict(logs))
-        return result
-
-    def _get_train_sampler(self):
-        if self.args.world_size > 1:
-            return super()._get_train_sampler()
-        return paddle.io.BatchSampler(dataset=self.train_dataset, shuffle=False,
-                                      batch_size=self.args.per_device_train_batch_size,
-                                      drop_last=self.args.dataloader_drop_last)
+    return collator

@@ -49,14 +49,16 @@ def paddlenlp_dpo_config(section) -> PaddleNLPDPOConfig:
     if section.beta <= 0:
         raise ConfigError(f"dpo.beta must be > 0, got {section.beta}")
     return PaddleNLPDPOConfig(beta=section.beta, loss_type=section.loss_type, reference_free=section.reference_free,
-                              label_smoothing=section.label_smoothing, sft_loss_ratio=section.sft_loss_ratio)
+                              label_smoothing=section.label_smoothing, sft_loss_ratio=section.sft_loss_ratio,
+                              pref_loss_ratio=section.pref_loss_ratio, simpo_gamma=section.simpo_gamma,
+                              dpop_lambda=section.dpop_lambda)
 
 
 @functools.lru_cache(maxsize=None)  # one class object, so isinstance checks hold
 def _trainer_class():
     from paddlenlp.trl import DPOTrainer
 
-    from .dataset import PackedMetricsMixin
+    from .packed_trainer import PackedMetricsMixin
 
     class PackedDPOTrainer(PackedMetricsMixin, DPOTrainer):
         """``DPOTrainer`` on pre-packed rows. Overrides only:
@@ -88,9 +90,10 @@ def build_trainer(cfg: RecipeConfig):
     import paddle
 
     from .modeling import build_model
-    from .pref_recipe import make_collator, preference_datasets
+    from .data import preference_datasets
+    from .dataset import make_collator
     from .preference import collate_dpo
-    from .sft import training_args
+    from .runner import training_args
 
     dpo_config = paddlenlp_dpo_config(cfg.dpo)
     tokenizer, train_ds, eval_ds, stats = preference_datasets(cfg, cfg.dpo, num_answers=2)
@@ -112,8 +115,8 @@ def build_trainer(cfg: RecipeConfig):
 
 def run(cfg: RecipeConfig) -> dict:
     """Train DPO per the recipe; returns (and writes to output_dir/summary.json) the summary."""
-    from .pref_recipe import run_recipe
+    from .runner import accuracy_fields, train_and_summarize
 
     if cfg.task != "dpo":
         raise ConfigError(f"dpo.run handles task dpo, got {cfg.task!r}")
-    return run_recipe(cfg, build_trainer, accuracy_key="rewards/accuracies")
+    return train_and_summarize(cfg, build_trainer, accuracy_fields("rewards/accuracies"))

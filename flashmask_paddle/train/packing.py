@@ -22,8 +22,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 __all__ = ["IGNORE_INDEX", "Document", "Pack", "PackStats", "PackingError", "prompt_response_document",
-           "first_fit_decreasing", "pack", "check_pack", "causal_document_mask", "stack_packs", "mask_densities",
-           "row_bookkeeping"]
+           "conversation_document", "first_fit_decreasing", "pack", "check_pack", "causal_document_mask", "stack_packs", "mask_densities",
+           "row_bookkeeping", "packing_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +62,26 @@ def prompt_response_document(prompt_ids, response_ids, bos_id=None, eos_id=None,
     prompt's own tokens and the last position (nothing follows inside the document) get
     ``IGNORE_INDEX``, so no loss ever crosses into the next document of a pack.
     """
-    head = ([bos_id] if bos_id is not None else []) + list(prompt_ids)
-    tail = list(response_ids) + ([eos_id] if eos_id is not None else [])
-    if not head:
-        raise ValueError("prompt_response_document: empty prompt and no bos_id; the first response token "
-                         "would have no position to be predicted from")
-    tokens = head + tail
-    labels = [IGNORE_INDEX] * len(tokens)
-    for i in range(len(head) - 1, len(tokens) - 1):
-        labels[i] = tokens[i + 1]
-    return Document(tokens, labels, meta={"prompt_len": len(head), **meta})
+    return conversation_document([(prompt_ids, response_ids)], bos_id, eos_id, **meta)
+
+
+def conversation_document(turns, bos_id=None, eos_id=None, **meta) -> Document:
+    """A multi-turn document ``[bos] prompt_1 response_1 [eos] [bos] prompt_2 response_2 [eos] ...``
+    from ``turns`` = ``[(prompt_ids, response_ids), ...]``: loss on predicting every response and its
+    eos, none on the prompts (the one-turn case is :func:`prompt_response_document`)."""
+    tokens, labelled = [], []  # labelled[i]: token i is a response token (or its eos)
+    for n, (prompt_ids, response_ids) in enumerate(turns):
+        head = ([bos_id] if bos_id is not None else []) + list(prompt_ids)
+        tail = list(response_ids) + ([eos_id] if eos_id is not None else [])
+        if not head and not tokens:
+            raise ValueError("prompt_response_document: empty prompt and no bos_id; the first response token "
+                             "would have no position to be predicted from")
+        if n == 0:
+            meta = {"prompt_len": len(head), **meta}
+        tokens += head + tail
+        labelled += [False] * len(head) + [True] * len(tail)
+    labels = [tokens[i + 1] if labelled[i + 1] else IGNORE_INDEX for i in range(len(tokens) - 1)]
+    return Document(tokens, labels + [IGNORE_INDEX], meta=meta)
 
 
 @dataclass
@@ -112,6 +122,18 @@ class PackStats:
         return (f"{self.documents} documents -> {self.packs} rows; truncated {self.truncated}, dropped "
                 f"{self.dropped}; {self.tokens} tokens ({self.loss_tokens} with loss), row fill {fill:.1%}, "
                 f"mask density {self.mask_density:.4f}, 128x128 tile density {self.tile_density:.3f}")
+
+    def report(self) -> dict:
+        """The packing report of a run's summary (:func:`packing_report`)."""
+        return packing_report(self.documents, self.documents - self.dropped, self.truncated,
+                              {"too_long": self.dropped} if self.dropped else {}, self.tokens, self.padding)
+
+
+def packing_report(records: int, kept: int, truncated: int, dropped: dict, tokens: int, padding: int) -> dict:
+    """Records read, kept (truncated ones included), truncated, dropped (by reason) and the padding
+    ratio (padding tokens / row tokens) of a packing: the same keys for every task's data."""
+    return {"records": records, "kept": kept, "truncated": truncated, "dropped": sum(dropped.values()),
+            "dropped_by_reason": dict(dropped), "padding_ratio": round(padding / max(1, tokens + padding), 5)}
 
 
 def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list:
@@ -197,18 +219,21 @@ def pack(documents: Sequence[Document], max_length: int, pad_id: int, *, overlon
     if max_length < 1:
         raise ValueError(f"max_length must be >= 1, got {max_length}")
     stats = PackStats(documents=len(documents))
-    kept, kept_ids = [], []
+    kept, kept_ids, overlong_docs = [], [], 0
     for i, d in enumerate(documents):
+        overlong_docs += len(d) > max_length
         if len(d) > max_length:
             if overlong == "drop":
                 stats.dropped += 1
                 continue
             d = _fit(d, max_length)
             stats.truncated += 1
+        elif d.meta.get("truncated"):  # cut before packing (e.g. a prompt over its own limit)
+            stats.truncated += 1
         kept.append(d)
         kept_ids.append(i)
-    if stats.truncated or stats.dropped:
-        logger.warning("packing: %d of %d documents longer than max_length=%d were %s", stats.truncated + stats.dropped,
+    if overlong_docs:
+        logger.warning("packing: %d of %d documents longer than max_length=%d were %s", overlong_docs,
                        len(documents), max_length, "truncated" if overlong == "truncate" else "dropped")
     if packing:
         bins = first_fit_decreasing([len(d) for d in kept], max_length)
@@ -247,7 +272,7 @@ def mask_densities(indices, causal: bool) -> tuple[float, float]:
 
 def row_bookkeeping(num_tokens, indices, causal: bool) -> dict:
     """The per-row bookkeeping keys of a batch (``dataset.META_KEYS``, popped by
-    ``dataset.PackedMetricsMixin``): ``num_tokens`` (real tokens) and ``visible_pairs`` (visible
+    ``packed_trainer.PackedMetricsMixin``): ``num_tokens`` (real tokens) and ``visible_pairs`` (visible
     (query, key) pairs, mean over mask heads) of rows with ``startend_row_indices`` ``[B, Hm, S, C]``."""
     from flashmask_paddle import masks
 

@@ -39,7 +39,7 @@ from .packing import first_fit_decreasing  # the one packing heuristic of the re
 
 __all__ = [
     "ASSISTANT_TURN", "PreferenceExample", "TokenizedGroup", "GroupSpans", "PackedRow",
-    "split_hh_rlhf", "parse_ranked", "load_preferences", "tokenize_example", "build_row", "pack_preferences", "check_row", "collate_dpo", "collate_rm",
+    "split_hh_rlhf", "parse_ranked", "parse_src_tgt", "load_preferences", "tokenize_example", "build_row", "pack_preferences", "check_row", "collate_dpo", "collate_rm",
 ]
 
 ASSISTANT_TURN = "\n\nAssistant:"
@@ -47,9 +47,10 @@ ASSISTANT_TURN = "\n\nAssistant:"
 
 @dataclass(frozen=True)
 class PreferenceExample:
-    """A prompt and its answers ranked best first (hh-rlhf: ``(chosen, rejected)``)."""
+    """A prompt and its answers ranked best first (hh-rlhf: ``(chosen, rejected)``). A multi-turn prompt
+    is a tuple ``(user, assistant, ..., user)``; the caller's ``encode_prompt`` lays it out."""
 
-    prompt: str
+    prompt: str | tuple[str, ...]
     answers: tuple[str, ...]
 
 
@@ -158,7 +159,42 @@ def parse_ranked(record, where: str = "record") -> PreferenceExample:
     return PreferenceExample(prompt, answers)
 
 
-_PARSERS = {"hh-rlhf": split_hh_rlhf, "ranked": parse_ranked}
+def parse_src_tgt(record, where: str = "record") -> PreferenceExample:
+    """PaddleNLP's DPO / reward-model row ``{"src", "tgt", "response": [a, b, ...], "sort": [x, y, ...]}``.
+
+    ``src`` / ``tgt`` are strings or lists with one more ``src`` than ``tgt`` (a conversation
+    ``src_1 tgt_1 ... src_n`` whose last user turn is answered); the prompt is then the tuple
+    ``(src_1, tgt_1, ..., src_n)``. Answers are ranked by ``sort``, higher first (PaddleNLP's
+    ``sort[0] > sort[1]`` means ``response[0]`` is chosen); equal sort values are an error, as there.
+    """
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object with 'src', 'tgt', 'response' and 'sort', got "
+                         f"{type(record).__name__}")
+    missing = [k for k in ("src", "tgt", "response", "sort") if k not in record]
+    if missing:
+        raise ValueError(f"{where}: missing key(s) {missing}; a src-tgt preference row has src, tgt, response, sort")
+    src = record["src"] if isinstance(record["src"], list) else [record["src"]]
+    tgt = record["tgt"] if isinstance(record["tgt"], list) else [record["tgt"]]
+    if record["tgt"] == "" and len(src) == 1:  # a single-turn row written with an empty tgt
+        tgt = []
+    if len(src) != len(tgt) + 1 or not all(isinstance(t, str) for t in src + tgt):
+        raise ValueError(f"{where}: 'src' must hold one more string than 'tgt' (the turns before the answered "
+                         f"one), got {len(src)} src and {len(tgt)} tgt")
+    response, sort = record["response"], record["sort"]
+    if (not isinstance(response, list) or not isinstance(sort, list) or len(response) < 2
+            or len(response) != len(sort) or not all(isinstance(a, str) for a in response)):
+        raise ValueError(f"{where}: 'response' must be a list of >= 2 strings and 'sort' a list of as many "
+                         f"numbers, got response {response!r} and sort {sort!r}")
+    if len(set(sort)) != len(sort):
+        raise ValueError(f"{where}: 'sort' values must differ (they rank the responses), got {sort!r}")
+    ranked = tuple(a.strip() for _, a in sorted(zip(sort, response), key=lambda pair: -pair[0]))
+    if not all(ranked):
+        raise _Skip("empty_answer")
+    turns = [t for pair in zip(src, tgt) for t in pair] + [src[-1]]
+    return PreferenceExample(src[0] if len(turns) == 1 else tuple(turns), ranked)
+
+
+_PARSERS = {"hh-rlhf": split_hh_rlhf, "ranked": parse_ranked, "src-tgt": parse_src_tgt}
 DATA_FORMATS = tuple(_PARSERS)
 
 

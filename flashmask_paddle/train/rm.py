@@ -156,9 +156,10 @@ def _build_reward_model(model_cfg, tokenizer, seed):
 def build_trainer(cfg):
     """Tokenizer, packed rows (k = ``rm.num_answers``), reward model, trainer: ``(trainer, stats)``."""
     from .config import ConfigError
-    from .pref_recipe import make_collator, preference_datasets
+    from .data import preference_datasets
+    from .dataset import make_collator
     from .preference import collate_rm
-    from .sft import training_args
+    from .runner import training_args
 
     if cfg.rm.num_answers < 2:
         raise ConfigError(f"rm.num_answers must be >= 2 (ranked answers per prompt), got {cfg.rm.num_answers}")
@@ -173,7 +174,7 @@ def build_trainer(cfg):
 
 @functools.lru_cache(maxsize=None)  # one class object, so isinstance checks hold
 def _packed_trainer_class():
-    from .dataset import PackedMetricsMixin
+    from .packed_trainer import PackedMetricsMixin
 
     class PackedRewardTrainer(PackedMetricsMixin, RewardTrainer):
         """RewardTrainer with the packed-row bookkeeping (tokens/s, mask density, in-order sampler)."""
@@ -184,8 +185,8 @@ def _packed_trainer_class():
 def run(cfg) -> dict:
     """Train the reward model per the recipe; returns (and writes to output_dir/summary.json) the summary."""
     from .config import ConfigError
-    from .pref_recipe import run_recipe
+    from .runner import accuracy_fields, train_and_summarize
 
     if cfg.task != "rm":
         raise ConfigError(f"rm.run handles task rm, got {cfg.task!r}")
-    return run_recipe(cfg, build_trainer, accuracy_key="accuracy")
+    return train_and_summarize(cfg, build_trainer, accuracy_fields("accuracy"))
