@@ -13,7 +13,7 @@ import sys
 import threading
 import warnings
 
-from . import _env
+from . import _capabilities, _env
 
 LIBRARY_NAME = "flashmask_ops.so"  # setup_ops.py: OP_EXTENSION = "flashmask_paddle.flashmask_ops"
 OP_NAME = "flashmask_attn"
@@ -68,9 +68,7 @@ def library_path() -> str:
 
 def capabilities(cuda: bool):
     """Dtypes and head dims the op's CPU or CUDA kernels support (asked from the library)."""
-    from ._capabilities import query
-
-    return query(library_path(), bool(cuda))
+    return _capabilities.query(library_path(), bool(cuda))
 
 
 def flashmask_attn(q, k, v, startend_row_indices, block_mask, seed_offset, causal: bool,

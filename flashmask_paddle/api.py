@@ -10,6 +10,8 @@ from . import _env, _ops, _validate
 __all__ = ["flashmask_attention"]
 
 
+# Traced as Python, not converted: the function branches on arguments only, never on tensor values.
+@paddle.jit.not_to_static
 def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout=0.0, causal=False,
                         window_size=None, return_softmax_lse=False, return_seed_offset=False,
                         fixed_seed_offset=None, rng_name="", training=True, name=None,
@@ -122,17 +124,16 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
             raise TypeError("startend_row_indices must be a paddle.Tensor or None, got "
                             f"{type(startend_row_indices).__name__}")
         _validate.check_indices_layout(startend_row_indices.shape, startend_row_indices.dtype, dims, causal)
-        _CHECKED.run(startend_row_indices, _version(startend_row_indices) + (causal, dims.seqlen_q),
-                     lambda: _validate.check_indices_values(startend_row_indices.numpy(), causal,
-                                                            dims.seqlen_q))
+        _check_values_once(startend_row_indices, (causal, dims.seqlen_q),
+                           lambda: _validate.check_indices_values(startend_row_indices.numpy(), causal,
+                                                                  dims.seqlen_q))
         startend_row_indices = _to_place_of(startend_row_indices, query)
     if block_mask is not None:
         if not _is_tensor(block_mask):
             raise TypeError(f"block_mask must be a paddle.Tensor or None, got {type(block_mask).__name__}")
         mask_heads = None if startend_row_indices is None else startend_row_indices.shape[1]
         _validate.check_block_mask_layout(block_mask.shape, block_mask.dtype, dims, mask_heads)
-        _CHECKED.run(block_mask, _version(block_mask),
-                     lambda: _validate.check_block_mask_values(block_mask.numpy()))
+        _check_values_once(block_mask, (), lambda: _validate.check_block_mask_values(block_mask.numpy()))
         block_mask = _to_place_of(block_mask, query)
 
     if dropout > 0.0:
@@ -170,10 +171,10 @@ def _on_gpu(t) -> bool:
     return "gpu" in paddle.get_device()  # a static Value has no place: the program's device
 
 
-def _version(t) -> tuple:
-    if not paddle.in_dynamic_mode():
-        return (None,)
-    return (t._inplace_version(), t.data_ptr(), tuple(t.shape))
+def _check_values_once(t, key: tuple, check) -> None:
+    """Runs a host-side value check of ``t`` once per tensor and version (eager mode only)."""
+    if paddle.in_dynamic_mode():
+        _CHECKED.run(t, (t._inplace_version(), t.data_ptr(), tuple(t.shape)) + key, check)
 
 
 def _to_place_of(t, query):
