@@ -61,6 +61,30 @@ def test_block_mask_matches_reference(device, form):
     assert not bad, f"{device} form={form} seed={SEED}: {bad}"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("path", ["sm80", "sm90"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_block_mask_on_every_cuda_path(monkeypatch, path, head_dim, deterministic):
+    """Every CUDA tile walk (forward block lists, portable dK/dV and dQ kernels, Hopper backward)
+    skips the masked blocks; FLASHMASK_FORCE_PATH=sm90 needs an sm_90 device."""
+    if path == "sm90" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper path needs compute capability 9.0")
+    monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
+    rng = np.random.default_rng(SEED + head_dim)
+    b, sq, sk, hq, hk = 1, 520, 390, 4, 2
+    q, k, v, dout = _inputs(rng, b, sq, sk, hq, hk, head_dim, head_dim, torch.bfloat16, "cuda")
+    form = (False, 4)
+    idx = fuzz_bounds(rng, form, b, hq, sq, sk)
+    bm = (rng.random((b, hq, 5, 4)) < 0.5).astype(np.int32)
+    bm[:, :, 2, :] = 0
+    got = _run(q, k, v, dout, torch.from_numpy(idx).cuda(), causal=False,
+               block_mask=torch.from_numpy(bm).cuda(), deterministic=deterministic)
+    visible = reference.visible_pairs(idx, False, sq, sk) & _block_visible(bm, sq, sk)
+    bad = failures(compare(got, _reference(q, k, v, dout, visible, got[0])))
+    assert not bad, f"{path} D={head_dim} deterministic={deterministic} seed={SEED}: {bad}"
+
+
 def test_dropout_and_value_head_dim_on_cpu_match_reference():
     from philox_numpy import keep_mask
 

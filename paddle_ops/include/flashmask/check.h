@@ -107,7 +107,6 @@ inline void check_cuda_support(const FwdParams& p, const char* where) {
   require(p.dropout_p == 0.f, where,
           "dropout > 0 in training is implemented by the CPU kernels only; on CUDA use dropout=0 "
           "(or training=False)");
-  require(p.block_mask == nullptr, where, "block_mask is implemented by the CPU kernels only so far");
 }
 
 }  // namespace flashmask

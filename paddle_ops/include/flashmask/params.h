@@ -55,13 +55,17 @@ struct FwdParams {
     return startend_row_indices +
            ((int64_t)b * mask_heads + mask_head_of(head_q)) * seqlen_k * mask_form.num_cols;
   }
-  // Whether block_mask keeps the 128x128 block holding (row, col) for query head head_q.
-  FM_HOST_DEVICE bool block_kept(int32_t b, int32_t head_q, int32_t row, int32_t col) const {
+  // Whether block_mask keeps the 128x128 block holding (row, col) of mask slice b * Hm + mask head.
+  // Kernels ask it once per tile, so their tiles must lie inside one block (tile sizes dividing
+  // kBlockMaskSize, asserted where the tiles are defined).
+  FM_HOST_DEVICE bool block_kept_in_slice(int64_t slice, int32_t row, int32_t col) const {
     if (block_mask == nullptr) return true;
     const int64_t nbq = (seqlen_q + kBlockMaskSize - 1) / kBlockMaskSize;
     const int64_t nbk = (seqlen_k + kBlockMaskSize - 1) / kBlockMaskSize;
-    const int64_t slice = (int64_t)b * mask_heads + mask_head_of(head_q);
     return block_mask[(slice * nbq + row / kBlockMaskSize) * nbk + col / kBlockMaskSize] != 0;
+  }
+  FM_HOST_DEVICE bool block_kept(int32_t b, int32_t head_q, int32_t row, int32_t col) const {
+    return block_kept_in_slice((int64_t)b * mask_heads + mask_head_of(head_q), row, col);
   }
 };
 
