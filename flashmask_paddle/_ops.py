@@ -13,6 +13,8 @@ import sys
 import threading
 import warnings
 
+from . import _capabilities, _env
+
 LIBRARY_NAME = "flashmask_ops.so"  # setup_ops.py: OP_EXTENSION = "flashmask_paddle.flashmask_ops"
 OP_NAME = "flashmask_attn"
 
@@ -21,7 +23,7 @@ _loaded_path: str | None = None
 
 
 def _candidates():
-    env = os.environ.get("FLASHMASK_OPS_LIBRARY")
+    env = _env.value("FLASHMASK_OPS_LIBRARY")
     if env:
         yield env
         return
@@ -64,11 +66,18 @@ def library_path() -> str:
     return _loaded_path
 
 
-def flashmask_attn(q, k, v, startend_row_indices, causal: bool, softmax_scale: float):
+def capabilities(cuda: bool):
+    """Dtypes and head dims the op's CPU or CUDA kernels support (asked from the library)."""
+    return _capabilities.query(library_path(), bool(cuda))
+
+
+def flashmask_attn(q, k, v, startend_row_indices, block_mask, seed_offset, causal: bool,
+                   softmax_scale: float, dropout: float = 0.0, deterministic: bool = False):
     """Runs the custom op (autograd-aware). Inputs must already be validated. Returns (out, lse)."""
     library_path()
     from paddle import _C_ops
 
-    out, lse = _C_ops._run_custom_op(OP_NAME, q, k, v, startend_row_indices, bool(causal),
-                                     float(softmax_scale))
+    out, lse = _C_ops._run_custom_op(OP_NAME, q, k, v, startend_row_indices, block_mask, seed_offset,
+                                     bool(causal), float(softmax_scale), float(dropout),
+                                     bool(deterministic))
     return out, lse

@@ -2,24 +2,30 @@
 
 Works on shapes (tuples of ints), dtype names (``"float16"``, ``"paddle.bfloat16"``,
 ``"torch.float32"`` all normalise) and numpy arrays, so the Paddle API and the PyTorch binding
-share it. Every error names the argument, what was expected and what came: TypeError for a wrong
-type or dtype, ValueError for a wrong shape or value. Bound *values* are checked by
-:func:`flashmask_paddle.masks.validate`, the one place that knows the bound columns.
+share it: the one home of user-facing messages. Every error names the argument, what was expected
+and what came: TypeError for a wrong type or dtype, ValueError for a wrong shape or value. Bound
+*values* are checked by :func:`flashmask_paddle.masks.validate`, the one place that knows the
+bound columns. Which dtypes and head dims a device supports comes from the library
+(:mod:`flashmask_paddle._capabilities`); the C++ side checks the same rules again
+(paddle_ops/include/flashmask/check.h) for callers of the C ABI.
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+import weakref
+from typing import Callable, Hashable, NamedTuple, Sequence
 
 import numpy as np
 
+from . import _env
+from ._capabilities import Capabilities
 from .masks._core import check_bound_columns, validate  # numpy only, like this module
 
 __all__ = ["Dims", "dtype_name", "check_qkv", "check_indices_layout", "check_indices_values",
-           "check_dropout", "check_softmax_scale", "window_pair", "CPU_DTYPES", "GPU_DTYPES"]
+           "check_block_mask_layout", "check_block_mask_values", "check_dropout",
+           "check_softmax_scale", "window_pair", "OncePerTensor", "BLOCK_MASK_SIZE"]
 
-CPU_DTYPES = ("float32", "float16", "bfloat16")
-GPU_DTYPES = ("float16", "bfloat16")
+BLOCK_MASK_SIZE = 128  # rows and columns of one block_mask entry (flashmask::kBlockMaskSize)
 
 
 class Dims(NamedTuple):
@@ -31,6 +37,7 @@ class Dims(NamedTuple):
     heads_q: int
     heads_k: int
     head_dim: int
+    head_dim_v: int
 
 
 def dtype_name(dtype) -> str:
@@ -39,8 +46,9 @@ def dtype_name(dtype) -> str:
 
 
 def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int], v_shape: Sequence[int],
-              q_dtype, k_dtype, v_dtype, supported: Sequence[str] = CPU_DTYPES) -> Dims:
-    """Shapes ``[B, S, H, D]`` and dtypes of query/key/value; returns the sizes."""
+              q_dtype, k_dtype, v_dtype, capabilities: Capabilities) -> Dims:
+    """Shapes (q ``[B, Sq, Hq, D]``, k ``[B, Sk, Hk, D]``, v ``[B, Sk, Hk, Dv]``) and dtypes of
+    query/key/value against what the device's kernels support; returns the sizes."""
     shapes = {"query": tuple(q_shape), "key": tuple(k_shape), "value": tuple(v_shape)}
     for arg, shape in shapes.items():
         if len(shape) != 4:
@@ -49,8 +57,9 @@ def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int], v_shape: Sequence[
         if min(shape) < 1:
             raise ValueError(f"{arg} must have every dimension >= 1, got shape {list(shape)}")
     q, k, v = shapes["query"], shapes["key"], shapes["value"]
-    if v != k:
-        raise ValueError(f"value must have the shape of key {list(k)}, got {list(v)}")
+    if v[:3] != k[:3]:
+        raise ValueError(f"value must have the shape of key {list(k[:3])} in batch, seqlen and num_heads "
+                         f"(its head_dim may differ), got {list(v)}")
     if k[0] != q[0]:
         raise ValueError(f"key batch size must equal query batch size {q[0]}, got {k[0]}")
     if k[3] != q[3]:
@@ -59,12 +68,20 @@ def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int], v_shape: Sequence[
         raise ValueError(f"query num_heads must be a multiple of key num_heads {k[2]} (GQA/MQA), "
                          f"got {q[2]}")
     names = {"query": dtype_name(q_dtype), "key": dtype_name(k_dtype), "value": dtype_name(v_dtype)}
+    supported = capabilities.dtypes
     if names["query"] not in supported:
-        raise TypeError(f"query dtype must be one of {', '.join(supported)}, got {names['query']}")
+        raise TypeError(f"query dtype must be one of {', '.join(supported)} on {capabilities.device}, "
+                        f"got {names['query']}")
     for arg in ("key", "value"):
         if names[arg] != names["query"]:
             raise TypeError(f"{arg} dtype must equal query dtype {names['query']}, got {names[arg]}")
-    return Dims(batch=q[0], seqlen_q=q[1], seqlen_k=k[1], heads_q=q[2], heads_k=k[2], head_dim=q[3])
+    pairs = capabilities.head_dims
+    if pairs is not None and (q[3], v[3]) not in pairs:
+        listed = ", ".join(f"({d}, {dv})" for d, dv in pairs)
+        raise ValueError(f"(query head_dim, value head_dim) must be one of {listed} on "
+                         f"{capabilities.device}, got ({q[3]}, {v[3]}); the CPU kernels take any head dims")
+    return Dims(batch=q[0], seqlen_q=q[1], seqlen_k=k[1], heads_q=q[2], heads_k=k[2], head_dim=q[3],
+                head_dim_v=v[3])
 
 
 def check_indices_layout(shape: Sequence[int], dtype, dims: Dims, causal: bool) -> None:
@@ -93,17 +110,38 @@ def check_indices_values(indices: np.ndarray, causal: bool, seqlen_q: int) -> No
     validate(np.asarray(indices), bool(causal), int(seqlen_q))
 
 
+def check_block_mask_layout(shape: Sequence[int], dtype, dims: Dims, mask_heads: int | None) -> None:
+    """int32 ``[B, Hm, ceil(Sq/128), ceil(Sk/128)]`` with Hm the heads of startend_row_indices
+    (``mask_heads``; None when they are missing, which block_mask needs)."""
+    if mask_heads is None:
+        raise ValueError("block_mask needs startend_row_indices: it masks 128x128 blocks on top of them "
+                         "(pass e.g. masks.full(...) indices for a block mask alone)")
+    name = dtype_name(dtype)
+    if name != "int32":
+        raise TypeError(f"block_mask dtype must be int32, got {name}")
+    n = BLOCK_MASK_SIZE
+    want = [dims.batch, mask_heads, -(-dims.seqlen_q // n), -(-dims.seqlen_k // n)]
+    if list(shape) != want:
+        raise ValueError(f"block_mask must have shape [batch, startend_row_indices.shape[1], "
+                         f"ceil(seqlen_q/{n}), ceil(seqlen_k/{n})] = {want}, got {list(shape)}")
+
+
+def check_block_mask_values(block_mask: np.ndarray) -> None:
+    """Every entry 0 (mask the block) or 1 (keep it); the first other value in the message."""
+    block_mask = np.asarray(block_mask)
+    bad = np.argwhere((block_mask != 0) & (block_mask != 1))
+    if bad.size:
+        at = tuple(int(i) for i in bad[0])
+        raise ValueError(f"block_mask values must be 0 or 1, got {int(block_mask[at])} at index {list(at)}")
+
+
 def check_dropout(dropout, training: bool) -> float:
-    """``dropout`` as a float in [0, 1); NotImplementedError when it would have to be applied."""
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+    """``dropout`` as a float in [0, 1); the probability to apply (0 unless training)."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)):
         raise TypeError(f"dropout must be a float in [0, 1), got {type(dropout).__name__}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    if dropout > 0.0 and training:
-        raise NotImplementedError(
-            f"flashmask_attention: dropout={dropout} with training=True is not implemented yet; "
-            "use dropout=0.0 (or training=False, where dropout is not applied)")
-    return float(dropout)
+    return float(dropout) if training else 0.0
 
 
 def check_softmax_scale(softmax_scale, head_dim: int) -> float:
@@ -129,3 +167,31 @@ def window_pair(window_size) -> tuple[int, int]:
     if min(pair) < 0:
         raise ValueError(f"window_size must be non-negative, got {window_size!r}")
     return pair
+
+
+class OncePerTensor:
+    """Runs a host-side check of a tensor's values once per tensor object and version.
+
+    A mask tensor reused across calls (a model's layers, steps with a cached mask) is then read
+    back to the host once, not on every call. ``key`` is the framework's version stamp (e.g.
+    ``(t._version, t.data_ptr())``): an in-place write changes it and the check runs again.
+    Entries are keyed by ``id`` with a weak reference to tell a live tensor from a new one at a
+    recycled id (tensors compare elementwise, so they cannot be dictionary keys themselves).
+    ``FLASHMASK_CHECK_BOUNDS=0`` skips the checks.
+    """
+
+    def __init__(self, limit: int = 256):
+        self._seen: dict = {}
+        self._limit = limit
+
+    def run(self, tensor, key: Hashable, check: Callable[[], None]) -> None:
+        if not _env.flag("FLASHMASK_CHECK_BOUNDS"):
+            return
+        seen = self._seen.get(id(tensor))
+        if seen is not None and seen[0]() is tensor and seen[1] == key:
+            return
+        check()
+        if len(self._seen) > self._limit:  # forget tensors that are gone
+            for tid in [t for t, (ref, _) in self._seen.items() if ref() is None]:
+                del self._seen[tid]
+        self._seen[id(tensor)] = (weakref.ref(tensor), key)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from . import _ops, _validate
+from . import _env, _ops, _validate
 
 __all__ = ["flashmask_attention"]
 
 
+# Traced as Python, not converted: the function branches on arguments only, never on tensor values.
+@paddle.jit.not_to_static
 def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout=0.0, causal=False,
                         window_size=None, return_softmax_lse=False, return_seed_offset=False,
                         fixed_seed_offset=None, rng_name="", training=True, name=None,
-                        softmax_scale=None):
+                        softmax_scale=None, block_mask=None):
     r"""FlashMask attention: exact softmax attention with a column-wise sparse mask.
 
     .. math::
@@ -29,7 +31,9 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
             bfloat16 on CPU (float16/bfloat16 on GPU).
         key (Tensor): ``[batch_size, seqlen_k, num_heads_k, head_dim]``, same dtype;
             ``num_heads % num_heads_k == 0`` (GQA/MQA).
-        value (Tensor): same shape and dtype as ``key``.
+        value (Tensor): ``[batch_size, seqlen_k, num_heads_k, head_dim_v]``, same dtype; the
+            output has ``head_dim_v``. On CPU any head dims (e.g. 192/128 as in MLA); on GPU the
+            (head_dim, head_dim_v) pairs the CUDA kernels are built for (README, "Head dims").
         startend_row_indices (Tensor, optional): int32 ``[batch_size, mask_heads, seqlen_k, C]``
             with ``mask_heads`` in ``{1, num_heads_k, num_heads}`` (broadcast over heads). Row =
             query index. For key column ``j`` the masked rows are
@@ -42,8 +46,10 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
 
             Bounds lie in ``[0, seqlen_q]``. ``None``: plain causal or full attention.
             ``flashmask_paddle.masks`` builds every common mask.
-        dropout (float): dropout probability. Only ``0.0`` is implemented while ``training``;
-            with ``training=False`` dropout is not applied (as in Paddle).
+        dropout (float): dropout probability on the attention weights while ``training`` (kept
+            weights are scaled by ``1 / (1 - dropout)``); with ``training=False`` it is not applied
+            (as in Paddle). The keep decision is counter-based (Philox, from the seed/offset pair),
+            so the backward regenerates the forward's mask. CPU kernels only.
         causal (bool): also mask the causal triangle; for ``seqlen_q != seqlen_k`` it is
             bottom-right aligned (query ``i`` sees keys ``j <= i + seqlen_k - seqlen_q``).
         window_size (int | tuple, optional): sliding-window attention; ``w`` means ``(w, w)``.
@@ -51,16 +57,27 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
             otherwise. Cannot be combined with ``startend_row_indices``.
         return_softmax_lse (bool): also return the log-sum-exp of each row, float32
             ``[batch_size, num_heads, seqlen_q]`` (``-inf`` on fully masked rows).
-        return_seed_offset (bool): also return the dropout seed/offset, int64 ``[2]``
-            (zeros, or ``fixed_seed_offset``, since no dropout is drawn).
-        fixed_seed_offset (Tensor, optional): int64 ``[2]`` dropout seed/offset.
-        rng_name (str): name of the generator for dropout (unused without dropout).
+        return_seed_offset (bool): also return the dropout ``[seed, offset]``, int64 ``[2]`` on
+            CPU: the pair the call used (zeros, or ``fixed_seed_offset``, when no dropout is drawn).
+            Passing it back as ``fixed_seed_offset`` reproduces the dropout mask.
+        fixed_seed_offset (Tensor, optional): int64 ``[2]`` ``[seed, offset]`` for dropout;
+            otherwise they are drawn from the generator (below), advancing it.
+        rng_name (str): name of the generator to draw the seed/offset from (one registered with
+            ``paddle.framework.core.set_random_seed_generator``, e.g. by fleet's RNG state
+            tracker); ``""``: the default generator of the device.
         training (bool): training mode (dropout is only applied while training).
         name (str, optional): unused; for API compatibility with Paddle.
         softmax_scale (float, optional): scale of ``Q K^T``; default ``head_dim ** -0.5``.
+        block_mask (Tensor, optional): int32 ``[batch_size, mask_heads, ceil(seqlen_q / 128),
+            ceil(seqlen_k / 128)]`` of 0/1 (``mask_heads`` = ``startend_row_indices.shape[1]``):
+            0 masks the whole 128x128 block of (query rows, key columns), on top of
+            ``startend_row_indices`` (required with it). As in Paddle 3.3, but any head dim.
+
+    Deterministic backward: ``paddle.set_flags({"FLAGS_cudnn_deterministic": True})`` or
+    ``FLASHMASK_DETERMINISTIC=1`` (docs/ENV.md) makes dQ bitwise reproducible on GPU.
 
     Returns:
-        ``out`` (shape and dtype of ``query``), or a list ``[out, lse]``, ``[out, seed_offset]``
+        ``out`` (``[batch_size, seqlen_q, num_heads, head_dim_v]``, dtype of ``query``), or a list ``[out, lse]``, ``[out, seed_offset]``
         or ``[out, lse, seed_offset]`` following ``return_softmax_lse`` / ``return_seed_offset``.
         Fully masked query rows give ``out`` 0, ``lse`` ``-inf`` and zero gradients. Gradients
         flow to ``query``, ``key`` and ``value`` through ``out``; ``lse`` is not differentiable
@@ -68,7 +85,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
 
     Raises:
         TypeError / ValueError: a bad argument (the message names it, the expectation and what
-            came); NotImplementedError: ``dropout > 0`` while training.
+            came), including a GPU call with ``dropout > 0`` while training.
 
     Examples:
         .. code-block:: python
@@ -81,17 +98,21 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
             >>> out, lse = flashmask_attention(q, k, v, causal=True, return_softmax_lse=True)
     """
     for arg, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, paddle.Tensor):
+        if not _is_tensor(t):
             raise TypeError(f"{arg} must be a paddle.Tensor, got {type(t).__name__}")
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     causal = bool(causal)
-    _validate.check_dropout(dropout, training)
-    supported = _validate.GPU_DTYPES if query.place.is_gpu_place() else _validate.CPU_DTYPES
+    dropout = _validate.check_dropout(dropout, training)
+    on_gpu = _on_gpu(query)
     dims = _validate.check_qkv(query.shape, key.shape, value.shape, query.dtype, key.dtype,
-                               value.dtype, supported)
+                               value.dtype, _ops.capabilities(cuda=on_gpu))
     scale = _validate.check_softmax_scale(softmax_scale, dims.head_dim)
-    seed_offset = _seed_offset(fixed_seed_offset) if (return_seed_offset or fixed_seed_offset is not None) else None
+    if fixed_seed_offset is not None:
+        _check_seed_offset(fixed_seed_offset)
+    if on_gpu and dropout > 0.0:  # the CUDA launchers refuse it too; say so before drawing seeds
+        raise ValueError(f"dropout={dropout} with training=True runs on CPU only so far; on GPU use "
+                         "dropout=0.0 or training=False")
 
     if window_size is not None:
         if startend_row_indices is not None:
@@ -99,15 +120,32 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
                              "window_size builds the indices itself")
         startend_row_indices = _sliding_window_indices(window_size, dims, causal, query.place)
     elif startend_row_indices is not None:
-        if not isinstance(startend_row_indices, paddle.Tensor):
+        if not _is_tensor(startend_row_indices):
             raise TypeError("startend_row_indices must be a paddle.Tensor or None, got "
                             f"{type(startend_row_indices).__name__}")
         _validate.check_indices_layout(startend_row_indices.shape, startend_row_indices.dtype, dims, causal)
-        _validate.check_indices_values(startend_row_indices.numpy(), causal, dims.seqlen_q)
-        if startend_row_indices.place != query.place:
-            startend_row_indices = startend_row_indices.to(query.place)
+        _check_values_once(startend_row_indices, (causal, dims.seqlen_q),
+                           lambda: _validate.check_indices_values(startend_row_indices.numpy(), causal,
+                                                                  dims.seqlen_q))
+        startend_row_indices = _to_place_of(startend_row_indices, query)
+    if block_mask is not None:
+        if not _is_tensor(block_mask):
+            raise TypeError(f"block_mask must be a paddle.Tensor or None, got {type(block_mask).__name__}")
+        mask_heads = None if startend_row_indices is None else startend_row_indices.shape[1]
+        _validate.check_block_mask_layout(block_mask.shape, block_mask.dtype, dims, mask_heads)
+        _check_values_once(block_mask, (), lambda: _validate.check_block_mask_values(block_mask.numpy()))
+        block_mask = _to_place_of(block_mask, query)
 
-    out, lse = _ops.flashmask_attn(query, key, value, startend_row_indices, causal, scale)
+    if dropout > 0.0:
+        seed_offset = (_cpu_int64(fixed_seed_offset) if fixed_seed_offset is not None
+                       else _draw_seed_offset(rng_name, query))
+    elif return_seed_offset or fixed_seed_offset is not None:
+        seed_offset = _no_dropout_seed_offset(fixed_seed_offset)
+    else:
+        seed_offset = None
+    out, lse = _ops.flashmask_attn(query, key, value, startend_row_indices, block_mask,
+                                   seed_offset if dropout > 0.0 else None, causal, scale, dropout,
+                                   _deterministic())
 
     outputs = [out]
     if return_softmax_lse:
@@ -115,6 +153,43 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     if return_seed_offset:
         outputs.append(seed_offset)
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+# Bound and block-mask values are read back to the host once per mask tensor and version, not on
+# every call (a device->host sync per layer per step otherwise). Static graphs (paddle.jit) hold
+# no values at trace time: there the builders' guarantees stand (FLASHMASK_CHECK_BOUNDS, docs/ENV.md).
+_CHECKED = _validate.OncePerTensor()
+
+
+def _is_tensor(t) -> bool:
+    return isinstance(t, (paddle.Tensor, paddle.pir.Value))
+
+
+def _on_gpu(t) -> bool:
+    if paddle.in_dynamic_mode():
+        return t.place.is_gpu_place()
+    return "gpu" in paddle.get_device()  # a static Value has no place: the program's device
+
+
+def _check_values_once(t, key: tuple, check) -> None:
+    """Runs a host-side value check of ``t`` once per tensor and version (eager mode only)."""
+    if paddle.in_dynamic_mode():
+        _CHECKED.run(t, (t._inplace_version(), t.data_ptr(), tuple(t.shape)) + key, check)
+
+
+def _to_place_of(t, query):
+    if paddle.in_dynamic_mode() and t.place != query.place:
+        return t.to(query.place)
+    return t
+
+
+def _deterministic() -> bool:
+    """Paddle's switch (FLAGS_cudnn_deterministic, as Paddle's own flash attention) or ours."""
+    try:
+        paddle_flag = paddle.get_flags(["FLAGS_cudnn_deterministic"])["FLAGS_cudnn_deterministic"]
+    except ValueError:  # a CPU-only paddle has no cuDNN flags
+        paddle_flag = False
+    return bool(paddle_flag) or _env.flag("FLASHMASK_DETERMINISTIC")
 
 
 def _sliding_window_indices(window_size, dims: _validate.Dims, causal: bool, place):
@@ -128,13 +203,49 @@ def _sliding_window_indices(window_size, dims: _validate.Dims, causal: bool, pla
     return paddle.to_tensor(indices, dtype="int32", place=place)
 
 
-def _seed_offset(fixed_seed_offset):
+def _check_seed_offset(fixed_seed_offset) -> None:
+    if not _is_tensor(fixed_seed_offset):
+        raise TypeError(f"fixed_seed_offset must be a paddle.Tensor or None, got {type(fixed_seed_offset).__name__}")
+    if _validate.dtype_name(fixed_seed_offset.dtype) != "int64" or list(fixed_seed_offset.shape) != [2]:
+        raise ValueError("fixed_seed_offset must be an int64 tensor of shape [2] ([seed, offset]), got "
+                         f"{_validate.dtype_name(fixed_seed_offset.dtype)} {list(fixed_seed_offset.shape)}")
+
+
+def _cpu_int64(t):
+    """The op reads [seed, offset] on the host (the kernels take them as scalars)."""
+    if paddle.in_dynamic_mode() and not t.place.is_cpu_place():
+        return t.cpu()
+    return t
+
+
+def _no_dropout_seed_offset(fixed_seed_offset):
     """No dropout is drawn, so the seed/offset pair is the fixed one if given, else zeros (as Paddle)."""
     if fixed_seed_offset is None:
         return paddle.zeros([2], dtype="int64")
-    if not isinstance(fixed_seed_offset, paddle.Tensor):
-        raise TypeError(f"fixed_seed_offset must be a paddle.Tensor or None, got {type(fixed_seed_offset).__name__}")
-    if _validate.dtype_name(fixed_seed_offset.dtype) != "int64" or list(fixed_seed_offset.shape) != [2]:
-        raise ValueError("fixed_seed_offset must be an int64 tensor of shape [2], got "
-                         f"{_validate.dtype_name(fixed_seed_offset.dtype)} {list(fixed_seed_offset.shape)}")
     return fixed_seed_offset.clone()
+
+
+def _draw_seed_offset(rng_name: str, query):
+    """``[seed, offset]`` from the generator (Paddle draws its flash-attention seed/offset the same
+    way): the generator's seed, and an offset taken from its stream, which advances it, so
+    ``paddle.seed(s)`` reproduces a run and get_state/set_state (recompute) replays one."""
+    if not isinstance(rng_name, str):
+        raise TypeError(f"rng_name must be a str, got {type(rng_name).__name__}")
+    if not paddle.in_dynamic_mode():
+        if rng_name:
+            raise ValueError("rng_name needs dynamic mode (a static program draws from the default "
+                             "generator); pass fixed_seed_offset instead")
+        return paddle.randint(0, 2 ** 62, [2], dtype="int64")  # an op of the program: new per run
+    core = paddle.framework.core
+    if rng_name:
+        try:
+            gen = core.get_random_seed_generator(rng_name)
+        except Exception as err:  # paddle raises a generic error for an unknown name
+            raise ValueError(f"rng_name {rng_name!r} names no registered generator ({err})") from None
+    elif query.place.is_gpu_place():
+        gen = core.default_cuda_generator(query.place.gpu_device_id())
+    else:
+        gen = core.default_cpu_generator()
+    seed = gen.get_state().current_seed() & (2 ** 63 - 1)
+    offset = gen.random() & (2 ** 62 - 1)
+    return paddle.to_tensor([seed, offset], dtype="int64", place=paddle.CPUPlace())

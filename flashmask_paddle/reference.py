@@ -64,19 +64,27 @@ def _scores(q, k, visible, scale):
     return np.where(_expand(visible, q.shape[0], heads_q), s, -np.inf)
 
 
-def attention_forward(q, k, v, visible, softmax_scale: float | None = None):
-    """Returns ``(out [B, Sq, Hq, D] float64, lse [B, Hq, Sq] float64)``."""
+def attention_forward(q, k, v, visible, softmax_scale: float | None = None, dropout_scale=None):
+    """Returns ``(out [B, Sq, Hq, Dv] float64, lse [B, Hq, Sq] float64)``.
+
+    ``dropout_scale``: optional ``[B, Hq, Sq, Sk]`` factors applied to the probabilities after the
+    softmax (0 for a dropped weight, ``1 / (1 - p)`` for a kept one); the LSE does not see them.
+    """
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     s = _scores(q, k, visible, scale)
     lse = _logsumexp(s)
     p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])
+    if dropout_scale is not None:
+        p = p * dropout_scale
     v = np.repeat(v.astype(np.float64), q.shape[2] // v.shape[2], axis=2)
     out = np.einsum("bhij,bjhd->bihd", p, v)
     return out, lse
 
 
-def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = None, out=None):
+def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = None, out=None,
+                       dropout_scale=None):
     """Returns ``(dq, dk, dv)`` in float64; dk/dv summed over the query heads of each GQA group.
+    ``dropout_scale`` as in :func:`attention_forward` (the same factors as that forward).
 
     ``out``: the forward output to use in ``D = rowsum(dO * O)``. FlashAttention-style backward
     kernels read the *saved, rounded* output there; passing it compares like with like, so a
@@ -93,8 +101,9 @@ def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = Non
     k64 = np.repeat(k.astype(np.float64), group, axis=2)
     v64 = np.repeat(v.astype(np.float64), group, axis=2)
     do = dout.astype(np.float64)
-    dv_full = np.einsum("bhij,bihd->bjhd", p, do)
-    dp = np.einsum("bihd,bjhd->bhij", do, v64)
+    z = 1.0 if dropout_scale is None else dropout_scale
+    dv_full = np.einsum("bhij,bihd->bjhd", p * z, do)
+    dp = np.einsum("bihd,bjhd->bhij", do, v64) * z  # gradient w.r.t. the undropped P
     if out is None:
         rowsum = np.sum(dp * p, axis=-1, keepdims=True)
     else:  # [B, Sq, Hq, D] -> [B, Hq, Sq, 1]

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import _env
+
 LIB_NAME = "libflashmask.so"
 _SOURCE_SUFFIXES = {".h", ".cuh", ".hpp", ".cc", ".cpp", ".cu", ".txt", ".inc"}
 
@@ -31,7 +33,7 @@ def _log(msg: str) -> None:
 
 
 def source_dir() -> Path:
-    env = os.environ.get("FLASHMASK_SOURCE_DIR")
+    env = _env.value("FLASHMASK_SOURCE_DIR")
     path = Path(env) if env else Path(__file__).resolve().parents[2] / "paddle_ops"
     if not (path / "CMakeLists.txt").is_file():
         raise RuntimeError(
@@ -73,15 +75,14 @@ def _gpu_archs() -> list[str]:
 def build_options() -> dict:
     """The CMake options this process would build with (part of the cache key)."""
     nvcc = _nvcc()
-    env_cuda = os.environ.get("FLASHMASK_WITH_CUDA")
     archs = _gpu_archs()
-    if env_cuda is None:
+    if _env.value("FLASHMASK_WITH_CUDA") is None:
         with_cuda = bool(nvcc) and bool(archs)
     else:
-        with_cuda = env_cuda.strip().lower() not in ("0", "off", "false", "no", "")
+        with_cuda = _env.flag("FLASHMASK_WITH_CUDA")
     if with_cuda and not nvcc:
         raise RuntimeError("FLASHMASK_WITH_CUDA=1 but nvcc was not found (set CUDACXX or CUDA_HOME)")
-    arch_list = os.environ.get("FLASHMASK_CUDA_ARCHS") or ";".join(archs) or "80;90"
+    arch_list = _env.value("FLASHMASK_CUDA_ARCHS") or ";".join(archs) or "80;90"
     return {"FLASHMASK_WITH_CUDA": "ON" if with_cuda else "OFF",
             "FLASHMASK_CUDA_ARCHS": arch_list.replace(",", ";"),
             "nvcc": nvcc or ""}
@@ -132,7 +133,7 @@ def build_library(src: Path, out_dir: Path, options: dict) -> Path:
         configure.append(f"-DCMAKE_CUDA_COMPILER={options['nvcc']}")
     if shutil.which("ninja"):
         configure += ["-G", "Ninja"]
-    jobs = os.environ.get("FLASHMASK_BUILD_JOBS") or str(os.cpu_count() or 2)
+    jobs = _env.value("FLASHMASK_BUILD_JOBS") or str(os.cpu_count() or 2)
     log_path = out_dir / "build.log"
     _log(f"building {LIB_NAME} (CUDA {options['FLASHMASK_WITH_CUDA']}, archs {options['FLASHMASK_CUDA_ARCHS']}) "
          f"in {build}; log: {log_path}")
@@ -153,7 +154,7 @@ def build_library(src: Path, out_dir: Path, options: dict) -> Path:
 
 
 def find_or_build_library() -> Path:
-    env = os.environ.get("FLASHMASK_LIB")
+    env = _env.value("FLASHMASK_LIB")
     if env:
         path = Path(env)
         if not path.is_file():
@@ -164,7 +165,7 @@ def find_or_build_library() -> Path:
     if repo_build is not None:
         return repo_build
     options = build_options()
-    cache_root = Path(os.environ.get("FLASHMASK_CACHE_DIR") or Path.home() / ".cache" / "flashmask_paddle")
+    cache_root = Path(_env.value("FLASHMASK_CACHE_DIR") or Path.home() / ".cache" / "flashmask_paddle")
     out_dir = cache_root / source_hash(src, options)
     lib = out_dir / LIB_NAME
     if lib.is_file():

@@ -11,7 +11,7 @@ import threading
 
 from ._build import find_or_build_library
 
-ABI_VERSION = 1  # FLASHMASK_CAPI_VERSION
+ABI_VERSION = 2  # FLASHMASK_CAPI_VERSION
 
 
 class FmTensor(ctypes.Structure):
@@ -47,6 +47,11 @@ class FmArgs(ctypes.Structure):
         ("dk", FmTensor),
         ("dv", FmTensor),
         ("deterministic", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("block_mask", ctypes.c_void_p),
+        ("dropout", ctypes.c_float),
+        ("dropout_seed", ctypes.c_uint64),
+        ("dropout_offset", ctypes.c_uint64),
     ]
 
 
@@ -55,6 +60,9 @@ _SIGNATURES = {
     "fm_abi_version": ([], ctypes.c_int),
     "fm_last_error": ([], ctypes.c_char_p),
     "fm_has_cuda": ([], ctypes.c_int),
+    "fm_supported_dtypes": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32], ctypes.c_int),
+    "fm_supported_head_dims": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
+                                ctypes.c_int32], ctypes.c_int),
     "fm_fwd_cpu": ([_ARGS], ctypes.c_int),
     "fm_bwd_cpu": ([_ARGS], ctypes.c_int),
     "fm_fwd_workspace_bytes": ([_ARGS, ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),

@@ -7,15 +7,14 @@ current torch stream of that device. `set_output_allocator` lets tests hand out 
 from __future__ import annotations
 
 import ctypes
-import os
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
+from .. import _env
 from . import _capi
 
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-_CUDA_DTYPES = (torch.float16, torch.bfloat16)
 
 # (shape, dtype, device) -> tensor; torch.empty by default.
 Allocator = Callable[[tuple, torch.dtype, torch.device], torch.Tensor]
@@ -52,12 +51,12 @@ def _view(t: Optional[torch.Tensor]) -> _capi.FmTensor:
     return _capi.FmTensor(t.data_ptr(), *strides)
 
 
-def _args(q, k, v, out, lse, indices, causal, scale) -> _capi.FmArgs:
+def _args(q, k, v, out, lse, indices, causal, scale, extras: "Extras") -> _capi.FmArgs:
     b, sq, hq, d = q.shape
     a = _capi.FmArgs()
     a.dtype = _DTYPE_CODES[q.dtype]
     a.batch, a.seqlen_q, a.seqlen_k = b, sq, k.shape[1]
-    a.heads_q, a.heads_k, a.head_dim = hq, k.shape[2], d
+    a.heads_q, a.heads_k, a.head_dim, a.head_dim_v = hq, k.shape[2], d, v.shape[3]
     a.softmax_scale = float(scale)
     a.causal = int(bool(causal))
     a.q, a.k, a.v, a.out = _view(q), _view(k), _view(v), _view(out)
@@ -65,6 +64,10 @@ def _args(q, k, v, out, lse, indices, causal, scale) -> _capi.FmArgs:
     if indices is not None:
         a.startend_row_indices = indices.data_ptr()
         a.mask_heads, a.mask_cols = indices.shape[1], indices.shape[3]
+    if extras.block_mask is not None:
+        a.block_mask = extras.block_mask.data_ptr()
+    a.dropout = extras.dropout
+    a.dropout_seed, a.dropout_offset = extras.seed_offset
     return a
 
 
@@ -80,13 +83,21 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def forward(q, k, v, indices, causal: bool, scale: float):
-    """Returns (out [B, Sq, Hq, D] like q, lse float32 [B, Hq, Sq]). Inputs already validated."""
+class Extras(NamedTuple):
+    """Inputs beyond q, k, v and the mask bounds: the block mask and dropout's (p, (seed, offset))."""
+
+    block_mask: Optional[torch.Tensor] = None
+    dropout: float = 0.0
+    seed_offset: tuple = (0, 0)
+
+
+def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extras()):
+    """Returns (out [B, Sq, Hq, Dv] like q, lse float32 [B, Hq, Sq]). Inputs already validated."""
     lib = _capi.load_library()
-    b, sq, hq, d = q.shape
-    out = _empty((b, sq, hq, d), q.dtype, q.device)
+    b, sq, hq, _ = q.shape
+    out = _empty((b, sq, hq, v.shape[3]), q.dtype, q.device)
     lse = _empty((b, hq, sq), torch.float32, q.device)
-    args = _args(q, k, v, out, lse, indices, causal, scale)
+    args = _args(q, k, v, out, lse, indices, causal, scale, extras)
     if q.is_cuda:
         with torch.cuda.device(q.device):
             ws, ws_ptr = _workspace(lib, lib.fm_fwd_workspace_bytes, args, q.device)
@@ -97,14 +108,15 @@ def forward(q, k, v, indices, causal: bool, scale: float):
     return out, lse
 
 
-def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deterministic: bool):
+def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deterministic: bool,
+             extras: Extras = Extras()):
     """Returns (dq like q, dk like k, dv like v), dk/dv reduced over each GQA group."""
     lib = _capi.load_library()
     dout = kernel_ready(dout)
     dq = _empty(tuple(q.shape), q.dtype, q.device)
     dk = _empty(tuple(k.shape), k.dtype, k.device)
     dv = _empty(tuple(v.shape), v.dtype, v.device)
-    args = _args(q, k, v, out, lse, indices, causal, scale)
+    args = _args(q, k, v, out, lse, indices, causal, scale, extras)
     args.dout, args.dq, args.dk, args.dv = _view(dout), _view(dq), _view(dk), _view(dv)
     args.deterministic = int(bool(deterministic))
     if q.is_cuda:
@@ -118,4 +130,4 @@ def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deter
 
 
 def deterministic_from_env() -> bool:
-    return os.environ.get("FLASHMASK_DETERMINISTIC", "0").strip().lower() in ("1", "true", "on", "yes")
+    return _env.flag("FLASHMASK_DETERMINISTIC")

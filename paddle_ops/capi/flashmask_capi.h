@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define FLASHMASK_CAPI_VERSION 1
+#define FLASHMASK_CAPI_VERSION 2
 
 /* A [B, S, H, D] view; D contiguous. Strides in elements. */
 typedef struct {
@@ -24,19 +24,30 @@ typedef struct {
   int32_t batch, seqlen_q, seqlen_k, heads_q, heads_k, head_dim;
   float softmax_scale;
   int32_t causal;
-  fm_tensor q, k, v, out; /* q/out [B, Sq, Hq, D]; k/v [B, Sk, Hk, D] */
+  fm_tensor q, k, v, out; /* q [B, Sq, Hq, D]; k [B, Sk, Hk, D]; v [B, Sk, Hk, Dv]; out [B, Sq, Hq, Dv] */
   float* lse;             /* [B, Hq, Sq] contiguous */
   const int32_t* startend_row_indices; /* [B, Hm, Sk, C] contiguous, or NULL */
   int32_t mask_heads, mask_cols;       /* Hm in {1, Hk, Hq}; C in {1, 2, 4} (0 when NULL) */
   /* backward only (ignored by forward calls) */
   fm_tensor dout, dq, dk, dv;
   int32_t deterministic;
+  /* since version 2 */
+  int32_t head_dim_v;         /* Dv of v, out, dout and dv */
+  const int32_t* block_mask;  /* [B, Hm, ceil(Sq/128), ceil(Sk/128)] contiguous 0/1, or NULL */
+  float dropout;              /* probability in [0, 1); 0 disables dropout */
+  uint64_t dropout_seed, dropout_offset; /* Philox stream (flashmask/dropout.h) */
 } fm_args;
 
 int fm_abi_version(void);
 const char* fm_last_error(void);
 /* 1 when the library was built with CUDA kernels. */
 int fm_has_cuda(void);
+/* What the kernels of `cuda` (0: CPU, 1: CUDA) support, so bindings keep no copy of their own.
+ * fm_supported_dtypes writes up to `capacity` dtype codes and returns how many there are.
+ * fm_supported_head_dims writes up to `capacity` (D, Dv) pairs and returns how many there are,
+ * or -1 when any positive D and Dv are supported (the CPU kernels). */
+int fm_supported_dtypes(int32_t cuda, int32_t* codes, int32_t capacity);
+int fm_supported_head_dims(int32_t cuda, int32_t* head_dim, int32_t* head_dim_v, int32_t capacity);
 
 /* CPU kernels: pointers are host memory. */
 int fm_fwd_cpu(const fm_args* args);

@@ -26,6 +26,7 @@ inline FwdParams fwd_params_of(const fm_args& a) {
   p.heads_q = a.heads_q;
   p.heads_k = a.heads_k;
   p.head_dim = a.head_dim;
+  p.head_dim_v = a.head_dim_v;
   p.softmax_scale = a.softmax_scale;
   p.causal = a.causal != 0;
   p.q = tensor_view_of(a.q);
@@ -37,6 +38,10 @@ inline FwdParams fwd_params_of(const fm_args& a) {
   p.mask_heads = a.startend_row_indices ? a.mask_heads : 0;
   p.mask_form.num_cols = a.startend_row_indices ? a.mask_cols : 0;
   p.mask_form.causal = p.causal;
+  p.block_mask = a.block_mask;
+  p.dropout_p = a.dropout;
+  p.dropout_seed = a.dropout_seed;
+  p.dropout_offset = a.dropout_offset;
   return p;
 }
 

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "flashmask/block.h"
+#include "flashmask/check.h"
+#include "flashmask/dropout.h"
 #include "flashmask/mask.h"
 #include "flashmask/params.h"
 #include "microkernels.h"
@@ -20,9 +22,12 @@ namespace flashmask {
 namespace cpu {
 
 // 64x64 tiles: a 64-float score row is four AVX-512 (eight AVX2) registers, and a key panel of
-// 64 columns x D fits in L1/L2 for every supported head dim.
+// 64 columns x D fits in L1/L2 for every supported head dim. Both divide kBlockMaskSize, so a tile
+// lies inside one block_mask block and block_mask classifies whole tiles.
 constexpr int kBlockM = 64;  // query rows per tile
 constexpr int kBlockN = 64;  // key columns per tile
+static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+              "a CPU tile must lie inside one block_mask block");
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -164,6 +169,7 @@ class KeyBlockPlan {
     const BlockBounds& s = summaries_[(static_cast<size_t>(b) * mask_heads_ + mh) * nkb_ + kb];
     const int row_begin = qb * kBlockM, row_end = std::min(p_.seqlen_q, row_begin + kBlockM);
     const int col_begin = kb * kBlockN, col_end = std::min(p_.seqlen_k, col_begin + kBlockN);
+    if (!p_.block_kept(b, hq, row_begin, col_begin)) return TileKind::kMasked;
     return classify_tile(row_begin, row_end, col_begin, col_end, s, p_.causal, causal_off_);
   }
 
@@ -242,17 +248,15 @@ inline Panels pack_panels(const TensorView& t, DType dtype, int batch, int rows,
   return out;
 }
 
-// Throws on parameters no kernel can serve; the Python API reports user errors before this.
-inline void check_common_params(const FwdParams& p, const char* where) {
-  auto fail = [&](const std::string& what) { throw std::runtime_error(std::string(where) + ": " + what); };
-  if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0 || p.heads_q <= 0 || p.heads_k <= 0 || p.head_dim <= 0)
-    fail("every size must be positive");
-  if (p.heads_q % p.heads_k != 0) fail("heads_q must be a multiple of heads_k");
-  if (!p.q.data || !p.k.data || !p.v.data || !p.out.data || !p.lse) fail("null tensor pointer");
-  if (p.startend_row_indices) {
-    const int c = p.mask_form.num_cols, hm = p.mask_heads;
-    if (c != 1 && c != 2 && c != 4) fail("mask_form.num_cols must be 1, 2 or 4");
-    if (hm != 1 && hm != p.heads_k && hm != p.heads_q) fail("mask_heads must be 1, heads_k or heads_q");
+// Dropout of one row of a tile: vals[j] (column col0 + j, j < cols) *= 1 / (1 - p) when
+// dropout.h keeps the element, else 0. col0 is a multiple of 4 (tiles start at multiples of 64).
+inline void apply_dropout_row(const FwdParams& p, int b, int hq, int row, int col0, int cols, float* vals) {
+  const uint32_t threshold = drop_threshold(p.dropout_p);
+  const float scale = 1.f / (1.f - p.dropout_p);
+  const int64_t batch_head = static_cast<int64_t>(b) * p.heads_q + hq;
+  for (int j = 0; j < cols; j += 4) {
+    const Philox4 r = dropout_words(p.dropout_seed, p.dropout_offset, batch_head, row, (col0 + j) / 4);
+    for (int t = 0; t < 4 && j + t < cols; ++t) vals[j + t] *= r.x[t] >= threshold ? scale : 0.f;
   }
 }
 

@@ -24,20 +24,20 @@ namespace {
 
 // Inputs packed once to fp32 panels.
 struct BwdInputs {
-  Panels q, dout;    // [B, Hq] x [Sq_pad, D]
-  Panels k, kt, vt;  // [B, Hk] x [Sk_pad, D] / [D, Sk_pad]
+  Panels q, dout;    // [B, Hq] x [Sq_pad, D] / [Sq_pad, Dv]
+  Panels k, kt, vt;  // [B, Hk] x [Sk_pad, D] / [D, Sk_pad] / [Dv, Sk_pad]
   std::vector<float> delta;  // D_i = rowsum(dO * O), [B, Hq, Sq]
 };
 
 BwdInputs pack_inputs(const BwdParams& p) {
   BwdInputs in;
   in.q = pack_panels(p.q, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, false);
-  in.dout = pack_panels(p.dout, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, false);
+  in.dout = pack_panels(p.dout, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, false);
   in.k = pack_panels(p.k, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, false);
   in.kt = pack_panels(p.k, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, true);
-  in.vt = pack_panels(p.v, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, true);
+  in.vt = pack_panels(p.v, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim_v, true);
   in.delta.assign(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q, 0.f);
-  const int dim = p.head_dim;
+  const int dim = p.head_dim_v;
 #pragma omp parallel
   {
     std::vector<float> o(dim);
@@ -57,7 +57,8 @@ BwdInputs pack_inputs(const BwdParams& p) {
 }
 
 // For one tile: P (in `p_tile`) and dS (in `ds_tile`), both [rows, kBlockN]; columns >= cols and
-// masked entries are 0. `q`/`dout` point at the tile's first query row.
+// masked entries are 0. With dropout, `p_tile` holds the dropped and rescaled P that the forward
+// multiplied with V (what dV needs), and dS = P * (dP * Z - D) with Z the same keep/scale factors.
 void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const BwdInputs& in,
                             int b, int hq, int qb, int kb, TileKind kind, float* p_tile,
                             float* ds_tile) {
@@ -65,14 +66,14 @@ void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const 
   const int row0 = qb * kBlockM, col0 = kb * kBlockN;
   const int rows = std::min(kBlockM, p.seqlen_q - row0), cols = std::min(kBlockN, p.seqlen_k - col0);
   const float* q = in.q.at(b, hq) + static_cast<size_t>(row0) * dim;
-  const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * dim;
+  const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * p.head_dim_v;
   const size_t row_index = (static_cast<size_t>(b) * p.heads_q + hq) * p.seqlen_q + row0;
   const float* lse = p.lse + row_index;
   const float* delta = in.delta.data() + row_index;
 
   tile_scores<kBlockN>(q, rows, dim, in.kt.at(b, hk) + col0, in.kt.rows_pad, p.softmax_scale, p_tile);
   if (kind == TileKind::kPartial) plan.mask_partial_tile(b, hq, qb, kb, rows, cols, p_tile);
-  tile_scores<kBlockN>(dout, rows, dim, in.vt.at(b, hk) + col0, in.vt.rows_pad, 1.f, ds_tile);  // dP
+  tile_scores<kBlockN>(dout, rows, p.head_dim_v, in.vt.at(b, hk) + col0, in.vt.rows_pad, 1.f, ds_tile);  // dP
   for (int i = 0; i < rows; ++i) {
     float* pr = p_tile + i * kBlockN;
     float* dsr = ds_tile + i * kBlockN;
@@ -83,11 +84,20 @@ void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const 
       continue;
     }
 #pragma omp simd
-    for (int j = 0; j < kBlockN; ++j) {
-      const float pij = (j < cols && pr[j] != kNegInf) ? exp_nonpositive(pr[j] - l) : 0.f;
-      pr[j] = pij;
-      dsr[j] = pij * (dsr[j] - di) * p.softmax_scale;
+    for (int j = 0; j < kBlockN; ++j) pr[j] = (j < cols && pr[j] != kNegInf) ? exp_nonpositive(pr[j] - l) : 0.f;
+    if (p.dropout_p > 0.f) {
+      float z[kBlockN];
+      std::fill(z, z + kBlockN, 1.f);
+      apply_dropout_row(p, b, hq, row0 + i, col0, cols, z);
+#pragma omp simd
+      for (int j = 0; j < kBlockN; ++j) {
+        dsr[j] = pr[j] * (dsr[j] * z[j] - di) * p.softmax_scale;
+        pr[j] *= z[j];
+      }
+      continue;
     }
+#pragma omp simd
+    for (int j = 0; j < kBlockN; ++j) dsr[j] = pr[j] * (dsr[j] - di) * p.softmax_scale;
   }
 }
 
@@ -121,9 +131,9 @@ void backward_key_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdI
       tile_probs_and_dscores(p, plan, in, b, hq, qb, kb, kind, w.p.data(), w.ds.data());
       const int row0 = qb * kBlockM, rows = std::min(kBlockM, p.seqlen_q - row0);
       const float* q = in.q.at(b, hq) + static_cast<size_t>(row0) * dim;
-      const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * dim;
+      const float* dout = in.dout.at(b, hq) + static_cast<size_t>(row0) * p.head_dim_v;
       transpose_tile(w.p.data(), kBlockN, rows, cols, w.transposed.data(), kBlockM);  // P^T
-      accumulate_product(w.transposed.data(), kBlockM, cols, rows, dout, dim, dv.data());
+      accumulate_product(w.transposed.data(), kBlockM, cols, rows, dout, p.head_dim_v, dv.data());
       transpose_tile(w.ds.data(), kBlockN, rows, cols, w.transposed.data(), kBlockM);  // dS^T
       accumulate_product(w.transposed.data(), kBlockM, cols, rows, q, dim, dk.data());
       if (dq_partial) {
@@ -135,7 +145,8 @@ void backward_key_block(const BwdParams& p, const KeyBlockPlan& plan, const BwdI
   }
   for (int j = 0; j < cols; ++j) {
     store_row(&dk[static_cast<size_t>(j) * dim], p.dtype, dim, row_ptr_mut(p.dk, p.dtype, b, col0 + j, hk));
-    store_row(&dv[static_cast<size_t>(j) * dim], p.dtype, dim, row_ptr_mut(p.dv, p.dtype, b, col0 + j, hk));
+    store_row(&dv[static_cast<size_t>(j) * p.head_dim_v], p.dtype, p.head_dim_v,
+              row_ptr_mut(p.dv, p.dtype, b, col0 + j, hk));
   }
 }
 
@@ -162,13 +173,11 @@ void backward_query_block(const BwdParams& p, const KeyBlockPlan& plan, const Bw
 
 void run_bwd_cpu(const BwdParams& p) {
   using namespace cpu;
-  check_common_params(p, "run_bwd_cpu");
-  if (!p.dout.data || !p.dq.data || !p.dk.data || !p.dv.data)
-    throw std::runtime_error("run_bwd_cpu: null gradient tensor pointer");
+  check_bwd_params(p, "run_bwd_cpu");
   const KeyBlockPlan plan(p);
   const BwdInputs in = pack_inputs(p);
   const int nkb = plan.num_key_blocks(), nqb = num_blocks(p.seqlen_q, kBlockM);
-  const size_t block_elems = static_cast<size_t>(std::max(kBlockM, kBlockN)) * p.head_dim;
+  const size_t block_elems = static_cast<size_t>(std::max(kBlockM, kBlockN)) * std::max(p.head_dim, p.head_dim_v);
 #ifdef _OPENMP
   const int max_threads = omp_get_max_threads();
 #else

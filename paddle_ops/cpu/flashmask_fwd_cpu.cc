@@ -14,14 +14,14 @@ namespace {
 
 struct FwdScratch {
   std::vector<float> q, o, s, m, l;
-  explicit FwdScratch(int dim)
-      : q(kBlockM * dim), o(kBlockM * dim), s(kBlockM * kBlockN), m(kBlockM), l(kBlockM) {}
+  FwdScratch(int dim, int dim_v)
+      : q(kBlockM * dim), o(kBlockM * dim_v), s(kBlockM * kBlockN), m(kBlockM), l(kBlockM) {}
 };
 
 // One query block of one (batch, query head): rows [qb*kBlockM, +rows).
 void forward_query_block(const FwdParams& p, const KeyBlockPlan& plan, const Panels& kt,
                          const Panels& v, int b, int hq, int qb, FwdScratch& w) {
-  const int dim = p.head_dim, row0 = qb * kBlockM;
+  const int dim = p.head_dim, dim_v = p.head_dim_v, row0 = qb * kBlockM;
   const int rows = std::min(kBlockM, p.seqlen_q - row0);
   const int hk = hq / (p.heads_q / p.heads_k);
   for (int i = 0; i < rows; ++i) load_row(row_ptr(p.q, p.dtype, b, row0 + i, hq), p.dtype, dim, &w.q[i * dim]);
@@ -58,27 +58,29 @@ void forward_query_block(const FwdParams& p, const KeyBlockPlan& plan, const Pan
         row_sum += e;
       }
       w.m[i] = m_new;
-      w.l[i] = w.l[i] * alpha + row_sum;
+      w.l[i] = w.l[i] * alpha + row_sum;  // the softmax normaliser sees every probability
       if (alpha != 1.f) {
-        float* o = &w.o[i * dim];
-        for (int d = 0; d < dim; ++d) o[d] *= alpha;
+        float* o = &w.o[i * dim_v];
+        for (int d = 0; d < dim_v; ++d) o[d] *= alpha;
       }
+      if (p.dropout_p > 0.f) apply_dropout_row(p, b, hq, row0 + i, col0, cols, s);  // O only
     }
-    accumulate_product(w.s.data(), kBlockN, rows, cols, vp + static_cast<size_t>(col0) * dim, dim, w.o.data());
+    accumulate_product(w.s.data(), kBlockN, rows, cols, vp + static_cast<size_t>(col0) * dim_v, dim_v,
+                       w.o.data());
   }
 
   float* lse = p.lse + (static_cast<int64_t>(b) * p.heads_q + hq) * p.seqlen_q + row0;
   for (int i = 0; i < rows; ++i) {
-    float* o = &w.o[i * dim];
+    float* o = &w.o[i * dim_v];
     if (w.l[i] > 0.f) {
       const float inv = 1.f / w.l[i];
-      for (int d = 0; d < dim; ++d) o[d] *= inv;
+      for (int d = 0; d < dim_v; ++d) o[d] *= inv;
       lse[i] = w.m[i] + std::log(w.l[i]);
     } else {  // fully masked row: output 0, LSE -inf
-      std::fill(o, o + dim, 0.f);
+      std::fill(o, o + dim_v, 0.f);
       lse[i] = kNegInf;
     }
-    store_row(o, p.dtype, dim, row_ptr_mut(p.out, p.dtype, b, row0 + i, hq));
+    store_row(o, p.dtype, dim_v, row_ptr_mut(p.out, p.dtype, b, row0 + i, hq));
   }
 }
 
@@ -87,14 +89,14 @@ void forward_query_block(const FwdParams& p, const KeyBlockPlan& plan, const Pan
 
 void run_fwd_cpu(const FwdParams& p) {
   using namespace cpu;
-  check_common_params(p, "run_fwd_cpu");
+  check_params(p, "run_fwd_cpu");
   const KeyBlockPlan plan(p);
   const Panels kt = pack_panels(p.k, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, /*transpose=*/true);
-  const Panels v = pack_panels(p.v, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim, /*transpose=*/false);
+  const Panels v = pack_panels(p.v, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim_v, /*transpose=*/false);
   const int nqb = num_blocks(p.seqlen_q, kBlockM);
 #pragma omp parallel
   {
-    FwdScratch w(p.head_dim);
+    FwdScratch w(p.head_dim, p.head_dim_v);
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < p.batch; ++b)
       for (int hq = 0; hq < p.heads_q; ++hq)

@@ -15,6 +15,8 @@ template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, const Workspace ws) {
   using Element = typename Tr::Element;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile must lie inside one block_mask block (block_kept is asked once per tile)");
   extern __shared__ __align__(128) char smem_raw[];
   const int tid = threadIdx.x;
   const int m_block = blockIdx.x, hq = blockIdx.y, b = blockIdx.z;
@@ -74,7 +76,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
     const int n0 = n * kBlockN;
     const int n_valid = min(kBlockN, p.seqlen_k - n0);
     const BlockBounds bb = key_block_bounds(p, ws, b, hq, n);
-    const TileKind kind = classify_tile(m0, row_end, n0, n0 + n_valid, bb, p.causal, causal_off);
+    const TileKind kind = p.block_kept(b, hq, m0, n0)
+                              ? classify_tile(m0, row_end, n0, n0 + n_valid, bb, p.causal, causal_off)
+                              : TileKind::kMasked;
     if (kind == TileKind::kMasked) continue;
     const bool need_mask = kind == TileKind::kPartial || n_valid < kBlockN;
 

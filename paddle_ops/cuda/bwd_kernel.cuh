@@ -16,6 +16,8 @@ template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p, const Workspace ws) {
   using Element = typename Tr::Element;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile must lie inside one block_mask block (block_kept is asked once per tile)");
   extern __shared__ __align__(128) char smem_raw[];
   const int tid = threadIdx.x;
   const KeyBlockCta cta = key_block_cta(p);
@@ -73,6 +75,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
     const BlockBounds bb = key_block_bounds(p, ws, b, hq, n_block);
     const int2 range = query_block_range(bb, n0, p.seqlen_q, p.causal, causal_off, kBlockM);
     auto tile_kind = [&](int m) {
+      if (!p.block_kept(b, hq, m * kBlockM, n0)) return TileKind::kMasked;
       return classify_tile(m * kBlockM, min((m + 1) * kBlockM, p.seqlen_q), n0, n0 + n_valid, bb, p.causal,
                            causal_off);
     };

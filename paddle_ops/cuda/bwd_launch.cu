@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "flashmask/check.h"
 #include "flashmask/launch.h"
 #include "utils.cuh"
 #include "bwd_workspace.h"
@@ -35,27 +36,13 @@ void require_vector_rows(const TensorView& t, const char* name) {
 }
 
 void validate(const BwdParams& p) {
-  require(p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16,
-          "dtype must be float16 or bfloat16, got code " + std::to_string(int(p.dtype)));
-  require(supported_head_dim(p.head_dim), "head_dim must be 64, 128 or 256, got " + std::to_string(p.head_dim));
-  require(p.batch > 0 && p.seqlen_q > 0 && p.seqlen_k > 0 && p.heads_q > 0 && p.heads_k > 0,
-          "batch, seqlen_q, seqlen_k, heads_q and heads_k must be positive");
-  require(p.heads_q % p.heads_k == 0, "heads_q (" + std::to_string(p.heads_q) + ") must be a multiple of heads_k (" +
-                                          std::to_string(p.heads_k) + ")");
-  if (p.mask_form.has_indices()) {
-    const int c = p.mask_form.num_cols;
-    require(c == 1 || c == 2 || c == 4, "mask columns C must be 1, 2 or 4, got " + std::to_string(c));
-    require(p.mask_form.causal == p.causal, "mask_form.causal must equal causal");
-    require(p.mask_heads == 1 || p.mask_heads == p.heads_k || p.mask_heads == p.heads_q,
-            "mask heads must be 1, heads_k or heads_q, got " + std::to_string(p.mask_heads));
-  }
+  check_bwd_params(p, "flashmask run_bwd_cuda", /*need_data=*/false);
+  check_cuda_support(p, "flashmask run_bwd_cuda");
 }
 
 // Pointers and strides: only when running (the workspace size may be asked before tensors exist).
 void validate_tensors(const BwdParams& p) {
-  require(p.lse != nullptr, "lse (the forward's softmax LSE) must be given");
-  require(!p.mask_form.has_indices() || p.startend_row_indices != nullptr,
-          "startend_row_indices must be given when mask columns C > 0");
+  check_bwd_params(p, "flashmask run_bwd_cuda");
   const TensorView* views[] = {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv};
   const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
   for (int i = 0; i < 8; ++i) require_vector_rows(*views[i], names[i]);

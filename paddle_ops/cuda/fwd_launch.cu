@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "flashmask/check.h"
 #include "flashmask/launch.h"
 #include "fwd_launch.h"
 #include "preprocess.cuh"
@@ -32,26 +33,13 @@ void check_view(const TensorView& t, const char* name) {
   }
 }
 
-void check_params(const FwdParams& p, const void* workspace) {
-  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) fail("dtype must be float16 or bfloat16");
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    fail("head_dim must be 64, 128 or 256, got " + std::to_string(p.head_dim));
-  if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0) fail("sizes must be non-negative");
-  if (p.heads_k <= 0 || p.heads_q <= 0 || p.heads_q % p.heads_k != 0)
-    fail("heads_q (" + std::to_string(p.heads_q) + ") must be a positive multiple of heads_k (" +
-         std::to_string(p.heads_k) + ")");
-  if (p.batch > 65535 || p.heads_q > 65535) fail("batch and heads_q must be at most 65535");
+void check_launch(const FwdParams& p, const void* workspace) {
+  flashmask::check_params(p, "flashmask run_fwd_cuda");
+  check_cuda_support(p, "flashmask run_fwd_cuda");
   check_view(p.q, "q");
   check_view(p.k, "k");
   check_view(p.v, "v");
   check_view(p.out, "out");
-  if (p.lse == nullptr) fail("lse is null");
-  if (p.mask_form.has_indices()) {
-    const int32_t hm = p.mask_heads;
-    if (p.startend_row_indices == nullptr) fail("startend_row_indices is null but mask_form has columns");
-    if (hm != 1 && hm != p.heads_k && hm != p.heads_q)
-      fail("mask_heads must be 1, heads_k or heads_q, got " + std::to_string(hm));
-  }
   if (workspace == nullptr && fwd_workspace_bytes_cuda(p) > 0) fail("workspace is null");
 }
 
@@ -67,8 +55,7 @@ size_t fwd_workspace_bytes_cuda(const FwdParams& p) {
 }
 
 void run_fwd_cuda(const FwdParams& p, void* workspace, cudaStream_t stream) {
-  check_params(p, workspace);
-  if (p.batch == 0 || p.seqlen_q == 0) return;
+  check_launch(p, workspace);
 #if FLASHMASK_HAS_SM90
   if (fwd_sm90_selected(p)) return run_fwd_sm90(p, workspace, stream);
 #endif

@@ -1,6 +1,9 @@
 // GPU mask preprocessing (see preprocess.cuh): per-key-block bounds, then per-query-block lists.
 #include "preprocess.cuh"
 
+#include <stdexcept>
+#include <string>
+
 #include <cub/block/block_scan.cuh>
 
 #include "utils.cuh"
@@ -73,8 +76,10 @@ __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t blo
       if (n_block >= 0) {
         const int32_t col_begin = n_block * block_n;
         const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
-        const TileKind kind = classify_tile(row_begin, row_end, col_begin, col_end,
-                                            slice_bounds[n_block], p.causal, causal_off);
+        const TileKind kind = !p.block_kept_in_slice(slice, row_begin, col_begin)
+                                  ? TileKind::kMasked
+                                  : classify_tile(row_begin, row_end, col_begin, col_end,
+                                                  slice_bounds[n_block], p.causal, causal_off);
         // The tile that crosses Sk needs the element mask for its missing columns.
         const bool partial = kind == TileKind::kPartial ||
                              (kind == TileKind::kUnmasked && col_end - col_begin < block_n);
@@ -164,6 +169,11 @@ void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bound
 
 FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
                                     void* workspace, cudaStream_t stream) {
+  // block_kept is asked once per tile: a tile must lie inside one block_mask block.
+  if (p.block_mask != nullptr && (kBlockMaskSize % block_m != 0 || kBlockMaskSize % block_n != 0))
+    throw std::runtime_error("flashmask build_fwd_block_lists: block_mask needs tiles dividing " +
+                             std::to_string(kBlockMaskSize) + ", got " + std::to_string(block_m) + "x" +
+                             std::to_string(block_n));
   FwdBlockLists lists;
   lists.num_m_blocks = (int32_t)ceil_div(p.seqlen_q, block_m);
   lists.num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);

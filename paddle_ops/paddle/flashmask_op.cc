@@ -1,7 +1,8 @@
 // The Paddle custom op `flashmask_attn`: forward (out, lse) and its gradient op. A skin over the
 // launcher (launch.h): it checks what could make a kernel read out of bounds, makes inputs
-// contiguous, allocates outputs, fills FwdParams/BwdParams and dispatches on the tensors' place.
-// User-facing validation with friendly messages lives in flashmask_paddle/_validate.py.
+// contiguous, allocates outputs, fills FwdParams/BwdParams (checked by flashmask/check.h in the
+// launchers) and dispatches on the tensors' place. User-facing validation with friendly messages
+// lives in flashmask_paddle/_validate.py.
 #include "flashmask_op.h"
 
 #include <string>
@@ -41,40 +42,57 @@ paddle::optional<paddle::Tensor> contiguous(const paddle::optional<paddle::Tenso
   return paddle::optional<paddle::Tensor>(contiguous(*t));
 }
 
-// Everything a kernel relies on to stay in bounds. Bound *values* never index memory, so they
-// are checked in Python only.
-void check_inputs(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-                  const paddle::optional<paddle::Tensor>& idx, bool causal) {
-  PD_CHECK(q.shape().size() == 4, "flashmask_attn: query must be rank 4 [B, Sq, Hq, D]");
-  PD_CHECK(k.shape() == v.shape(), "flashmask_attn: key and value shapes differ");
-  PD_CHECK(k.shape().size() == 4, "flashmask_attn: key must be rank 4 [B, Sk, Hk, D]");
-  const auto qs = q.shape(), ks = k.shape();
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// What the parameter struct cannot express: tensor ranks, dtypes, places, and that each tensor's
+// shape agrees with the sizes the kernels take from q/k/v. Everything else (GQA, mask form, mask
+// heads, dropout range) is flashmask/check.h's, run on the parameters in run_launcher.
+void check_tensors(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                   const Extras& x) {
+  PD_CHECK(q.shape().size() == 4 && k.shape().size() == 4 && v.shape().size() == 4,
+           "flashmask_attn: query, key and value must be rank 4 [B, S, H, D]");
+  const auto qs = q.shape(), ks = k.shape(), vs = v.shape();
+  PD_CHECK(vs[0] == ks[0] && vs[1] == ks[1] && vs[2] == ks[2],
+           "flashmask_attn: key and value shapes differ in [B, Sk, Hk]: ", shape_str(ks), " and ", shape_str(vs));
   PD_CHECK(qs[0] == ks[0] && qs[3] == ks[3], "flashmask_attn: query/key batch or head dim differ");
-  PD_CHECK(ks[2] > 0 && qs[2] % ks[2] == 0, "flashmask_attn: query heads must be a multiple of key heads");
   PD_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "flashmask_attn: q, k, v dtypes differ");
   dtype_of(q, "query");
   PD_CHECK(q.place() == k.place() && q.place() == v.place(), "flashmask_attn: q, k, v on different places");
+  const auto& idx = x.startend_row_indices;
   if (idx) {
     const auto is = idx->shape();
     PD_CHECK(idx->dtype() == paddle::DataType::INT32, "flashmask_attn: startend_row_indices must be int32");
     PD_CHECK(is.size() == 4 && is[0] == qs[0] && is[2] == ks[1],
-             "flashmask_attn: startend_row_indices must be [B, Hm, Sk, C]");
-    PD_CHECK(is[1] == 1 || is[1] == ks[2] || is[1] == qs[2],
-             "flashmask_attn: startend_row_indices heads must be 1, Hk or Hq");
-    const int64_t c = is[3];
-    PD_CHECK(causal ? (c == 1 || c == 2) : (c == 2 || c == 4),
-             "flashmask_attn: startend_row_indices must have C in {1, 2} when causal, {2, 4} otherwise");
+             "flashmask_attn: startend_row_indices must be [B, Hm, Sk, C], got ", shape_str(is));
     PD_CHECK(idx->place() == q.place(), "flashmask_attn: startend_row_indices on a different place");
+  }
+  if (x.block_mask) {
+    PD_CHECK(idx, "flashmask_attn: block_mask needs startend_row_indices");
+    const auto bs = x.block_mask->shape();
+    const int64_t n = flashmask::kBlockMaskSize;
+    const std::vector<int64_t> want = {qs[0], idx->shape()[1], (qs[1] + n - 1) / n, (ks[1] + n - 1) / n};
+    PD_CHECK(x.block_mask->dtype() == paddle::DataType::INT32, "flashmask_attn: block_mask must be int32");
+    PD_CHECK(bs == want, "flashmask_attn: block_mask must be ", shape_str(want), ", got ", shape_str(bs));
+    PD_CHECK(x.block_mask->place() == q.place(), "flashmask_attn: block_mask on a different place");
+  }
+  if (x.dropout > 0.f) {
+    PD_CHECK(x.seed_offset && x.seed_offset->is_cpu() && x.seed_offset->dtype() == paddle::DataType::INT64 &&
+                 x.seed_offset->numel() == 2,
+             "flashmask_attn: dropout > 0 needs seed_offset, an int64 [2] CPU tensor");
   }
 }
 
 }  // namespace
 
 flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
-                                     const paddle::Tensor& v,
-                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& v, const Extras& x,
                                      const paddle::Tensor& out, const paddle::Tensor& lse,
                                      bool causal, float softmax_scale) {
+  const paddle::optional<paddle::Tensor>& startend_row_indices = x.startend_row_indices;
   flashmask::FwdParams p;
   const auto qs = q.shape(), ks = k.shape();
   p.dtype = dtype_of(q, "query");
@@ -82,6 +100,7 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
   p.seqlen_q = static_cast<int32_t>(qs[1]);
   p.heads_q = static_cast<int32_t>(qs[2]);
   p.head_dim = static_cast<int32_t>(qs[3]);
+  p.head_dim_v = static_cast<int32_t>(v.shape()[3]);
   p.seqlen_k = static_cast<int32_t>(ks[1]);
   p.heads_k = static_cast<int32_t>(ks[2]);
   p.softmax_scale = softmax_scale;
@@ -97,23 +116,30 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
     p.mask_heads = static_cast<int32_t>(startend_row_indices->shape()[1]);
     p.mask_form.num_cols = static_cast<int32_t>(startend_row_indices->shape()[3]);
   }
+  if (x.block_mask) p.block_mask = x.block_mask->data<int32_t>();
+  p.dropout_p = x.dropout;
+  if (x.dropout > 0.f) {  // check_tensors made sure it is an int64 [2] CPU tensor
+    const int64_t* so = x.seed_offset->data<int64_t>();
+    p.dropout_seed = static_cast<uint64_t>(so[0]);
+    p.dropout_offset = static_cast<uint64_t>(so[1]);
+  }
   return p;
 }
 
 flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
-                                     const paddle::Tensor& v,
-                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& v, const Extras& x,
                                      const paddle::Tensor& out, const paddle::Tensor& lse,
                                      const paddle::Tensor& dout, const paddle::Tensor& dq,
                                      const paddle::Tensor& dk, const paddle::Tensor& dv,
                                      bool causal, float softmax_scale) {
   flashmask::BwdParams p;
   static_cast<flashmask::FwdParams&>(p) =
-      make_fwd_params(q, k, v, startend_row_indices, out, lse, causal, softmax_scale);
+      make_fwd_params(q, k, v, x, out, lse, causal, softmax_scale);
   p.dout = view_of(dout);
   p.dq = view_of(dq);
   p.dk = view_of(dk);
   p.dv = view_of(dv);
+  p.deterministic = x.deterministic;
   return p;
 }
 
@@ -121,18 +147,29 @@ flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tens
 
 namespace {
 
+using flashmask_op::check_tensors;
 using flashmask_op::contiguous;
+using flashmask_op::Extras;
+using OptTensor = paddle::optional<paddle::Tensor>;
+using OptShape = paddle::optional<std::vector<int64_t>>;
+using OptDtype = paddle::optional<paddle::DataType>;
+
+Extras extras_of(const OptTensor& idx, const OptTensor& block_mask, const OptTensor& seed_offset,
+                 float dropout, bool deterministic) {
+  return Extras{contiguous(idx), contiguous(block_mask), seed_offset, dropout, deterministic};
+}
 
 std::vector<paddle::Tensor> FlashmaskForward(const paddle::Tensor& q_in, const paddle::Tensor& k_in,
-                                             const paddle::Tensor& v_in,
-                                             const paddle::optional<paddle::Tensor>& idx_in,
-                                             bool causal, float softmax_scale) {
-  flashmask_op::check_inputs(q_in, k_in, v_in, idx_in, causal);
+                                             const paddle::Tensor& v_in, const OptTensor& idx_in,
+                                             const OptTensor& block_mask_in, const OptTensor& seed_offset,
+                                             bool causal, float softmax_scale, float dropout,
+                                             bool deterministic) {
+  const Extras x = extras_of(idx_in, block_mask_in, seed_offset, dropout, deterministic);
+  check_tensors(q_in, k_in, v_in, x);
   const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
-  const paddle::optional<paddle::Tensor> idx = contiguous(idx_in);
   if (q.is_gpu()) {
 #ifdef FLASHMASK_WITH_CUDA
-    return flashmask_op::flashmask_fwd_gpu(q, k, v, idx, causal, softmax_scale);
+    return flashmask_op::flashmask_fwd_gpu(q, k, v, x, causal, softmax_scale);
 #else
     PD_THROW("flashmask_attn: this build of flashmask_paddle has no CUDA kernels (built without CUDA); "
              "use CPU tensors or rebuild with a CUDA-enabled Paddle");
@@ -140,29 +177,29 @@ std::vector<paddle::Tensor> FlashmaskForward(const paddle::Tensor& q_in, const p
   }
   PD_CHECK(q.is_cpu(), "flashmask_attn: tensors must be on CPU or GPU");
   const auto qs = q.shape();
-  paddle::Tensor out = paddle::empty(qs, q.dtype(), q.place());
+  paddle::Tensor out = paddle::empty({qs[0], qs[1], qs[2], v.shape()[3]}, q.dtype(), q.place());
   paddle::Tensor lse = paddle::empty({qs[0], qs[2], qs[1]}, paddle::DataType::FLOAT32, q.place());
   if (q.numel() > 0 && k.numel() > 0)
     flashmask_op::run_launcher("flashmask_attn forward (CPU)", [&] {
-      flashmask::run_fwd_cpu(flashmask_op::make_fwd_params(q, k, v, idx, out, lse, causal, softmax_scale));
+      flashmask::run_fwd_cpu(flashmask_op::make_fwd_params(q, k, v, x, out, lse, causal, softmax_scale));
     });
   return {out, lse};
 }
 
 std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const paddle::Tensor& k_in,
-                                              const paddle::Tensor& v_in,
-                                              const paddle::optional<paddle::Tensor>& idx_in,
+                                              const paddle::Tensor& v_in, const OptTensor& idx_in,
+                                              const OptTensor& block_mask_in, const OptTensor& seed_offset,
                                               const paddle::Tensor& out_in, const paddle::Tensor& lse_in,
                                               const paddle::Tensor& dout_in, bool causal,
-                                              float softmax_scale) {
+                                              float softmax_scale, float dropout, bool deterministic) {
+  const Extras x = extras_of(idx_in, block_mask_in, seed_offset, dropout, deterministic);
   const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   const paddle::Tensor out = contiguous(out_in), lse = contiguous(lse_in), dout = contiguous(dout_in);
-  const paddle::optional<paddle::Tensor> idx = contiguous(idx_in);
-  PD_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype(),
-           "flashmask_attn_grad: grad of out must match query in shape and dtype");
+  PD_CHECK(dout.shape() == out.shape() && dout.dtype() == q.dtype(),
+           "flashmask_attn_grad: grad of out must match out in shape and query in dtype");
   if (q.is_gpu()) {
 #ifdef FLASHMASK_WITH_CUDA
-    return flashmask_op::flashmask_bwd_gpu(q, k, v, idx, out, lse, dout, causal, softmax_scale);
+    return flashmask_op::flashmask_bwd_gpu(q, k, v, x, out, lse, dout, causal, softmax_scale);
 #else
     PD_THROW("flashmask_attn_grad: built without CUDA");
 #endif
@@ -172,52 +209,55 @@ std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const 
   paddle::Tensor dv = paddle::empty(v.shape(), v.dtype(), v.place());
   if (q.numel() > 0 && k.numel() > 0)
     flashmask_op::run_launcher("flashmask_attn backward (CPU)", [&] {
-      flashmask::run_bwd_cpu(flashmask_op::make_bwd_params(q, k, v, idx, out, lse, dout, dq, dk, dv,
+      flashmask::run_bwd_cpu(flashmask_op::make_bwd_params(q, k, v, x, out, lse, dout, dq, dk, dv,
                                                            causal, softmax_scale));
     });
   return {dq, dk, dv};
 }
 
-std::vector<std::vector<int64_t>> FlashmaskForwardShape(
-    const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
-    const paddle::optional<std::vector<int64_t>>& idx) {
-  return {q, {q[0], q[2], q[1]}};
+std::vector<std::vector<int64_t>> FlashmaskForwardShape(const std::vector<int64_t>& q,
+                                                        const std::vector<int64_t>& k,
+                                                        const std::vector<int64_t>& v, const OptShape&,
+                                                        const OptShape&, const OptShape&) {
+  return {{q[0], q[1], q[2], v[3]}, {q[0], q[2], q[1]}};
 }
 
-std::vector<paddle::DataType> FlashmaskForwardDtype(const paddle::DataType& q, const paddle::DataType& k,
-                                                    const paddle::DataType& v,
-                                                    const paddle::optional<paddle::DataType>& idx) {
+std::vector<paddle::DataType> FlashmaskForwardDtype(const paddle::DataType& q, const paddle::DataType&,
+                                                    const paddle::DataType&, const OptDtype&,
+                                                    const OptDtype&, const OptDtype&) {
   return {q, paddle::DataType::FLOAT32};
 }
 
 std::vector<std::vector<int64_t>> FlashmaskBackwardShape(
     const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
-    const paddle::optional<std::vector<int64_t>>& idx, const std::vector<int64_t>& out,
-    const std::vector<int64_t>& lse, const std::vector<int64_t>& dout) {
+    const OptShape&, const OptShape&, const OptShape&, const std::vector<int64_t>&,
+    const std::vector<int64_t>&, const std::vector<int64_t>&) {
   return {q, k, v};
 }
 
 std::vector<paddle::DataType> FlashmaskBackwardDtype(
-    const paddle::DataType& q, const paddle::DataType& k, const paddle::DataType& v,
-    const paddle::optional<paddle::DataType>& idx, const paddle::DataType& out,
-    const paddle::DataType& lse, const paddle::DataType& dout) {
+    const paddle::DataType& q, const paddle::DataType& k, const paddle::DataType& v, const OptDtype&,
+    const OptDtype&, const OptDtype&, const paddle::DataType&, const paddle::DataType&,
+    const paddle::DataType&) {
   return {q, k, v};
 }
 
 }  // namespace
 
 PD_BUILD_OP(flashmask_attn)
-    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices")})
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask"),
+             paddle::Optional("seed_offset")})
     .Outputs({"out", "lse"})
-    .Attrs({"causal: bool", "softmax_scale: float"})
+    .Attrs({"causal: bool", "softmax_scale: float", "dropout: float", "deterministic: bool"})
     .SetKernelFn(PD_KERNEL(FlashmaskForward))
     .SetInferShapeFn(PD_INFER_SHAPE(FlashmaskForwardShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(FlashmaskForwardDtype));
 
 PD_BUILD_GRAD_OP(flashmask_attn)
-    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), "out", "lse", paddle::Grad("out")})
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask"),
+             paddle::Optional("seed_offset"), "out", "lse", paddle::Grad("out")})
     .Outputs({paddle::Grad("q"), paddle::Grad("k"), paddle::Grad("v")})
-    .Attrs({"causal: bool", "softmax_scale: float"})
+    .Attrs({"causal: bool", "softmax_scale: float", "dropout: float", "deterministic: bool"})
     .SetKernelFn(PD_KERNEL(FlashmaskBackward))
     .SetInferShapeFn(PD_INFER_SHAPE(FlashmaskBackwardShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(FlashmaskBackwardDtype));

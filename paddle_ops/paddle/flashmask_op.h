@@ -12,18 +12,25 @@
 
 namespace flashmask_op {
 
-// Parameters over tensors that flashmask_op.cc has already checked and made contiguous:
-// q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], `out` like q, `lse` float32 [B, Hq, Sq],
-// startend_row_indices int32 [B, Hm, Sk, C] or absent. Raw pointers only; no allocation.
+// The op's inputs and attributes beyond q, k, v and the scalars (contiguous where tensors).
+struct Extras {
+  paddle::optional<paddle::Tensor> startend_row_indices;  // int32 [B, Hm, Sk, C]
+  paddle::optional<paddle::Tensor> block_mask;             // int32 [B, Hm, ceil(Sq/128), ceil(Sk/128)]
+  paddle::optional<paddle::Tensor> seed_offset;            // int64 [2] on CPU; needed when dropout > 0
+  float dropout = 0.f;
+  bool deterministic = false;  // backward: dQ bitwise reproducible (FLAGS_cudnn_deterministic)
+};
+
+// Parameters over tensors that check_tensors has accepted, made contiguous:
+// q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv], `out` [B, Sq, Hq, Dv], `lse` float32
+// [B, Hq, Sq]. Raw pointers only; no allocation.
 flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
-                                     const paddle::Tensor& v,
-                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& v, const Extras& extras,
                                      const paddle::Tensor& out, const paddle::Tensor& lse,
                                      bool causal, float softmax_scale);
 // Adds dout (like q) and the gradients dq (like q), dk/dv (like k) to the forward parameters.
 flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
-                                     const paddle::Tensor& v,
-                                     const paddle::optional<paddle::Tensor>& startend_row_indices,
+                                     const paddle::Tensor& v, const Extras& extras,
                                      const paddle::Tensor& out, const paddle::Tensor& lse,
                                      const paddle::Tensor& dout, const paddle::Tensor& dq,
                                      const paddle::Tensor& dk, const paddle::Tensor& dv,
@@ -43,15 +50,16 @@ void run_launcher(const char* what, F&& body) {
 // GPU forward. Inputs as for make_fwd_params (all on one GPU, contiguous, already validated).
 // Returns {out (dtype of q, shape of q), lse (float32 [B, Hq, Sq])}, allocated on q's place and
 // computed on the current stream via flashmask::run_fwd_cuda.
-std::vector<paddle::Tensor> flashmask_fwd_gpu(
-    const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-    const paddle::optional<paddle::Tensor>& startend_row_indices, bool causal, float softmax_scale);
+std::vector<paddle::Tensor> flashmask_fwd_gpu(const paddle::Tensor& q, const paddle::Tensor& k,
+                                              const paddle::Tensor& v, const Extras& extras,
+                                              bool causal, float softmax_scale);
 // GPU backward. `out`/`lse` are the forward outputs, `dout` the gradient of out (contiguous).
 // Returns {dq, dk, dv} (shapes/dtypes of q, k, v; dk/dv summed over GQA groups) via run_bwd_cuda.
-std::vector<paddle::Tensor> flashmask_bwd_gpu(
-    const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-    const paddle::optional<paddle::Tensor>& startend_row_indices, const paddle::Tensor& out,
-    const paddle::Tensor& lse, const paddle::Tensor& dout, bool causal, float softmax_scale);
+std::vector<paddle::Tensor> flashmask_bwd_gpu(const paddle::Tensor& q, const paddle::Tensor& k,
+                                              const paddle::Tensor& v, const Extras& extras,
+                                              const paddle::Tensor& out, const paddle::Tensor& lse,
+                                              const paddle::Tensor& dout, bool causal,
+                                              float softmax_scale);
 #endif
 
 }  // namespace flashmask_op

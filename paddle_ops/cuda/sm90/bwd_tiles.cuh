@@ -15,6 +15,8 @@ namespace sm90 {
 template <int kBlockM, int kBlockN, class Visit>
 __device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
                                                   int32_t head_k, int32_t n_block, Visit&& visit) {
+  static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
+                "a tile must lie inside one block_mask block");
   const int32_t n0 = n_block * kBlockN;
   const int32_t n_end = min(n0 + kBlockN, p.seqlen_k);
   const int32_t group = p.heads_q / p.heads_k;
@@ -23,6 +25,7 @@ __device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd:
     const BlockBounds bb = bwd::key_block_bounds(p, ws, b, head_q, n_block);
     const int2 range = bwd::query_block_range(bb, n0, p.seqlen_q, p.causal, causal_off, kBlockM);
     for (int32_t m = range.x; m < range.y; ++m) {
+      if (!p.block_kept(b, head_q, m * kBlockM, n0)) continue;
       const TileKind kind = classify_tile(m * kBlockM, min((m + 1) * kBlockM, p.seqlen_q), n0, n_end, bb,
                                           p.causal, causal_off);
       if (kind == TileKind::kMasked) continue;

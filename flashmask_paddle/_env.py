@@ -1,0 +1,121 @@
+"""The registry of every ``FLASHMASK_*`` environment variable: name, default, meaning, reader.
+
+One place for all of them: docs/ENV.md is generated from :data:`VARIABLES`
+(``python -m flashmask_paddle._env > docs/ENV.md``; a test keeps the two equal and checks that the
+sources read no variable missing here). Python code reads switches through :func:`flag` /
+:func:`value`, so ``1/true/on/yes`` and ``0/false/off/no`` mean the same everywhere.
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+__all__ = ["Variable", "VARIABLES", "flag", "value", "markdown"]
+
+
+class Variable(NamedTuple):
+    name: str
+    default: str
+    meaning: str
+    read_by: str
+
+
+VARIABLES = (
+    # Behaviour of the op
+    Variable("FLASHMASK_DETERMINISTIC", "0",
+             "1: bitwise reproducible dQ in the backward (also switched on by Paddle's "
+             "FLAGS_cudnn_deterministic or the torch binding's deterministic=True). The CPU kernels "
+             "are always deterministic for a given thread count.",
+             "flashmask_paddle.api, flashmask_paddle.torch"),
+    Variable("FLASHMASK_CHECK_BOUNDS", "1",
+             "0: skip the host-side check of startend_row_indices / block_mask values (done once per "
+             "mask tensor and version); out-of-range bounds then give undefined results.",
+             "flashmask_paddle.api, flashmask_paddle.torch"),
+    Variable("FLASHMASK_FORCE_PATH", "(auto)",
+             "sm80 or sm90: run the portable or the Hopper CUDA kernels regardless of the device.",
+             "paddle_ops/cuda/sm90/path_sm90.cu"),
+    Variable("FLASHMASK_CPU_FUSED_DQ_MB", "256",
+             "Largest total size (MiB) of the per-thread dQ buffers of the CPU backward's fused path; "
+             "above it dQ takes a second pass. 0 forces the two-pass path.",
+             "paddle_ops/cpu/flashmask_bwd_cpu.cc"),
+    Variable("FLASHMASK_SM90_BLOCK_M", "(auto)",
+             "Query rows per tile of the Hopper forward (tuning and tests).",
+             "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
+    Variable("FLASHMASK_SM90_PERSISTENT", "(auto)",
+             "0/1: persistent-grid scheduling of the Hopper forward (tuning and tests).",
+             "paddle_ops/cuda/sm90/fwd_launch_template.cuh"),
+    Variable("FLASHMASK_LOG_PATH", "(unset)",
+             "When set, the Hopper launchers print which kernel path a call takes (once).",
+             "paddle_ops/cuda/sm90/*_launch_sm90.cu"),
+    # Finding and building the libraries
+    Variable("FLASHMASK_OPS_LIBRARY", "(search)",
+             "Path of the Paddle op library flashmask_ops.so (default: next to the package, then "
+             "every flashmask_paddle directory on sys.path).",
+             "flashmask_paddle._ops"),
+    Variable("FLASHMASK_LIB", "(search or build)",
+             "Path of a built libflashmask.so for the torch binding (C ABI).",
+             "flashmask_paddle.torch._build"),
+    Variable("FLASHMASK_CACHE_DIR", "~/.cache/flashmask_paddle",
+             "Where the torch binding builds libflashmask, keyed by a hash of the sources.",
+             "flashmask_paddle.torch._build"),
+    Variable("FLASHMASK_SOURCE_DIR", "<repo>/paddle_ops",
+             "The paddle_ops folder the torch binding builds from.", "flashmask_paddle.torch._build"),
+    Variable("FLASHMASK_WITH_CUDA", "(auto)",
+             "1/0: build libflashmask with or without CUDA (default: with, when nvcc and a GPU are "
+             "found). Also the CMake option of the same name.",
+             "flashmask_paddle.torch._build, paddle_ops/CMakeLists.txt"),
+    Variable("FLASHMASK_CUDA_ARCHS", "(visible GPUs, else 80;90)",
+             "CUDA architectures of the CMake build.",
+             "flashmask_paddle.torch._build, paddle_ops/CMakeLists.txt"),
+    Variable("FLASHMASK_BUILD_JOBS", "(CPU count)", "Parallel jobs of the torch binding's CMake build.",
+             "flashmask_paddle.torch._build"),
+    Variable("FLASHMASK_NATIVE", "1", "0: build the Paddle op without -march=native (portable binary).",
+             "setup_ops.py"),
+    Variable("FLASHMASK_CUDA_GENCODE", "sm_80 + sm_90a", "nvcc -gencode flags of the Paddle op's CUDA build.",
+             "setup_ops.py"),
+    # Tests and benchmarks
+    Variable("FLASHMASK_TEST_SEED", "(fresh)", "Seed of the tests' random inputs (printed on failure).",
+             "tests/conftest.py"),
+    Variable("FLASHMASK_CI_BUILD_DIR", "/tmp/flashmask_ci_build", "Build folder of the CUDA compile check.",
+             "tests/test_cuda_build.py"),
+    Variable("FLASHMASK_CI_JOBS", "min(2, CPU count)", "Parallel jobs of the CUDA compile check.", "tests/test_cuda_build.py"),
+    Variable("FLASHMASK_COMMIT", "(git)", "Commit recorded by benchmarks when git is not available.",
+             "benchmarks/kernel_bench.py"),
+)
+
+_BY_NAME = {v.name: v for v in VARIABLES}
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no", "")
+
+
+def value(name: str) -> str | None:
+    """The variable's value, or None when unset. The name must be registered."""
+    if name not in _BY_NAME:
+        raise KeyError(f"{name} is not a registered FLASHMASK_* variable (flashmask_paddle._env.VARIABLES)")
+    return os.environ.get(name)
+
+
+def flag(name: str) -> bool:
+    """A boolean switch: 1/true/on/yes or 0/false/off/no (any case); unset means its default."""
+    raw = value(name)
+    text = (_BY_NAME[name].default if raw is None else raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name} must be one of {', '.join(_TRUE + _FALSE[:-1])}, got {raw!r}")
+
+
+def markdown() -> str:
+    """docs/ENV.md."""
+    lines = ["# Environment variables", "",
+             "Every `FLASHMASK_*` variable the package, the kernels, the builds and the tests read. "
+             "Generated from `flashmask_paddle/_env.py` (`python -m flashmask_paddle._env > docs/ENV.md`). "
+             "Boolean switches accept `1/true/on/yes` and `0/false/off/no`.", "",
+             "| Variable | Default | Meaning | Read by |", "|---|---|---|---|"]
+    lines += [f"| `{v.name}` | {v.default} | {v.meaning} | {v.read_by} |" for v in VARIABLES]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

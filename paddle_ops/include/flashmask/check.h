@@ -1,0 +1,112 @@
+// The one C++ validation of FwdParams / BwdParams, shared by the C ABI, the Paddle op, the CPU
+// kernels and the CUDA launchers, and the one list of what the CUDA kernels support (exported to
+// Python by the C ABI's fm_supported_* functions, so no skin keeps its own copy).
+//
+// Everything here reads sizes and pointers only, never tensor data: bound *values* are validated
+// by flashmask_paddle._validate (they cannot make a kernel read out of bounds). Every failure
+// throws ArgError (a std::invalid_argument) whose message starts with `where`; the C ABI maps it
+// to its "bad argument" code, the Paddle op to a Paddle error.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "flashmask/params.h"
+
+namespace flashmask {
+
+struct ArgError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// (D, Dv) pairs and dtypes the CUDA kernels are instantiated for (paddle_ops/cuda/*hdim*.cu and
+// sm90/*_sm90.cu); the CPU kernels take any positive D, Dv and float32/float16/bfloat16.
+struct HeadDims {
+  int32_t qk, v;
+};
+constexpr HeadDims kCudaHeadDims[] = {{64, 64}, {128, 128}, {256, 256}};
+constexpr DType kCudaDTypes[] = {DType::kFloat16, DType::kBFloat16};
+constexpr DType kCpuDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+inline bool cuda_supports_head_dims(int32_t qk, int32_t v) {
+  for (const HeadDims& d : kCudaHeadDims)
+    if (d.qk == qk && d.v == v) return true;
+  return false;
+}
+
+namespace detail {
+inline void require(bool ok, const char* where, const std::string& what) {
+  if (!ok) throw ArgError(std::string(where) + ": " + what);
+}
+inline void require_data(const void* data, const char* where, const char* name) {
+  require(data != nullptr, where, std::string(name) + " is NULL");
+}
+}  // namespace detail
+
+// Sizes, GQA, the mask layout, block_mask and dropout. `need_data`: also require the input and
+// output pointers (false for workspace-size queries, which may come before the tensors exist).
+inline void check_params(const FwdParams& p, const char* where, bool need_data = true) {
+  using detail::require;
+  const int32_t dtype = static_cast<int32_t>(p.dtype);
+  require(dtype >= 0 && dtype <= 2, where,
+          "dtype must be 0 (float32), 1 (float16) or 2 (bfloat16), got " + std::to_string(dtype));
+  require(p.batch > 0 && p.seqlen_q > 0 && p.seqlen_k > 0 && p.heads_q > 0 && p.heads_k > 0 &&
+              p.head_dim > 0 && p.head_dim_v > 0,
+          where, "batch, seqlen_q, seqlen_k, heads_q, heads_k, head_dim and head_dim_v must be positive");
+  require(p.heads_q % p.heads_k == 0, where,
+          "heads_q (" + std::to_string(p.heads_q) + ") must be a multiple of heads_k (" +
+              std::to_string(p.heads_k) + ")");
+  const MaskForm& form = p.mask_form;
+  require(form.causal == p.causal, where, "mask_form.causal must equal causal");
+  if (form.has_indices()) {
+    const int c = form.num_cols;
+    require(c == 1 || c == 2 || c == 4, where, "mask columns C must be 1, 2 or 4, got " + std::to_string(c));
+    require(p.causal ? c != 4 : c != 1, where,
+            "mask columns C in {1, 2} when causal, {2, 4} otherwise; got C=" + std::to_string(c) +
+                " with causal=" + (p.causal ? "true" : "false"));
+    const int32_t hm = p.mask_heads;
+    require(hm == 1 || hm == p.heads_k || hm == p.heads_q, where,
+            "mask_heads must be 1, heads_k or heads_q, got " + std::to_string(hm));
+  }
+  require(p.block_mask == nullptr || form.has_indices(), where,
+          "block_mask needs startend_row_indices (it applies on top of them)");
+  require(p.dropout_p >= 0.f && p.dropout_p < 1.f, where,
+          "dropout must be in [0, 1), got " + std::to_string(p.dropout_p));
+  if (!need_data) return;
+  detail::require_data(p.q.data, where, "q");
+  detail::require_data(p.k.data, where, "k");
+  detail::require_data(p.v.data, where, "v");
+  detail::require_data(p.out.data, where, "out");
+  detail::require_data(p.lse, where, "lse");
+  require(!form.has_indices() || p.startend_row_indices != nullptr, where,
+          "startend_row_indices is NULL but mask columns C > 0");
+}
+
+inline void check_bwd_params(const BwdParams& p, const char* where, bool need_data = true) {
+  check_params(p, where, need_data);
+  if (!need_data) return;
+  detail::require_data(p.dout.data, where, "dout");
+  detail::require_data(p.dq.data, where, "dq");
+  detail::require_data(p.dk.data, where, "dk");
+  detail::require_data(p.dv.data, where, "dv");
+}
+
+// What only the CUDA kernels restrict: dtype, (D, Dv), grid limits, dropout.
+inline void check_cuda_support(const FwdParams& p, const char* where) {
+  using detail::require;
+  require(p.dtype == DType::kFloat16 || p.dtype == DType::kBFloat16, where,
+          "CUDA kernels take float16 or bfloat16, got dtype code " +
+              std::to_string(static_cast<int32_t>(p.dtype)));
+  std::string dims;
+  for (const HeadDims& d : kCudaHeadDims)
+    dims += (dims.empty() ? "" : ", ") + std::string("(") + std::to_string(d.qk) + ", " + std::to_string(d.v) + ")";
+  require(cuda_supports_head_dims(p.head_dim, p.head_dim_v), where,
+          "CUDA kernels take (head_dim, head_dim_v) in {" + dims + "}, got (" + std::to_string(p.head_dim) +
+              ", " + std::to_string(p.head_dim_v) + "); other head dims run on CPU");
+  require(p.batch <= 65535 && p.heads_q <= 65535, where, "batch and heads_q must be at most 65535 on CUDA");
+  require(p.dropout_p == 0.f, where,
+          "dropout > 0 in training is implemented by the CPU kernels only; on CUDA use dropout=0 "
+          "(or training=False)");
+}
+
+}  // namespace flashmask
