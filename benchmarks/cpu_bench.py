@@ -7,7 +7,7 @@ Both run in this process, on the same fp32 inputs, with the same number of threa
 OpenMP kernel and Paddle's MKL math both get every core), one after the other with a pause between
 (so neither runs next to the other's spinning idle threads); median of ``--repeats`` after a warm-up. The dense mask is an explicit bool
 ``[1, 1, S, S]`` built once outside the timing: with ``is_causal=True`` Paddle's CPU path ignores
-``attn_mask`` (DESIGN.md §5), and the causal triangle is part of the document mask anyway. Our time
+``attn_mask``, and the causal triangle is part of the document mask anyway. Our time
 includes argument validation (bound values are read back once per call). Prints a table and
 writes ``benchmarks/results/cpu_bench.json`` (command, commit, machine, date, timings, speedup).
 """
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
         t_ours = timed(lambda: ours(backward), args.repeats)
         t_dense = timed(lambda: dense(backward), args.repeats)
         m_ours, m_dense = statistics.median(t_ours), statistics.median(t_dense)
-        flops = fwd_flops * (3.5 if backward else 1.0)  # bwd = 2.5x fwd (DESIGN.md §7)
+        flops = fwd_flops * (3.5 if backward else 1.0)  # bwd = 2.5x fwd (benchmarks/README.md)
         rows.append({
             "pass": label,
             "flashmask_ms": round(m_ours * 1e3, 2), "flashmask_runs_ms": [round(t * 1e3, 2) for t in t_ours],

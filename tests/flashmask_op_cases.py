@@ -1,7 +1,7 @@
 """Random cases for the op tests: inputs, random valid bounds for every (causal, C) form, and the
 comparison against the fp64 reference (flashmask_paddle.reference).
 
-Bounds are drawn here directly from the definition of each form (DESIGN.md §2), independent of
+Bounds are drawn here directly from the definition of each form (docs/MASKS_AND_API.md), independent of
 flashmask_paddle.masks.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ the recipe framework of :mod:`flashmask_paddle.train`) once per mode:
              integration's dense path, the mask built by ``masks.to_dense``)
   padding    one document per row, right-padded (``data.packing=false``), our op
 
-and reports, per mode: tokens/s over REAL tokens (documents, not padding; DESIGN.md §7), median step
+and reports, per mode: tokens/s over REAL tokens (documents, not padding; benchmarks/README.md), median step
 time (``--warmup`` steps excluded), peak memory (device memory on a GPU; host RSS on a CPU, sampled
 during the steps), mask bytes per step, first/last loss; plus the speedups of flashmask over the
 two others. Prints a table, writes JSON and a PNG chart (``--out``, default

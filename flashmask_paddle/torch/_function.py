@@ -33,7 +33,7 @@ def flashmask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     q ``[B, Sq, Hq, D]``, k/v ``[B, Sk, Hk, D]`` (``Hq % Hk == 0``), one device, one dtype (CUDA:
     float16/bfloat16; CPU: also float32); any strides with the head dim contiguous (otherwise
     copied). ``startend_row_indices``: int32 ``[B, Hm, Sk, C]`` on the same device, ``Hm`` in
-    ``{1, Hk, Hq}``, meaning per (causal, C) as in DESIGN.md §2; None for plain causal/full
+    ``{1, Hk, Hq}``, meaning per (causal, C) as in docs/MASKS_AND_API.md; None for plain causal/full
     attention. ``softmax_scale`` defaults to ``D ** -0.5``. ``deterministic=True`` (or
     ``FLASHMASK_DETERMINISTIC=1``) makes dq bitwise reproducible.
 

@@ -13,7 +13,7 @@ import torch
 from flashmask_paddle import reference
 from flashmask_paddle.torch import flashmask_attention, set_output_allocator
 
-# (causal, C) forms of DESIGN.md §2, plus C=None (no startend_row_indices).
+# (causal, C) forms of docs/MASKS_AND_API.md, plus C=None (no startend_row_indices).
 FORMS = [(False, None), (True, None), (True, 1), (True, 2), (False, 2), (False, 4)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GPU_DTYPES = ["bf16", "fp16"]
