@@ -26,11 +26,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +36,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from . import provenance
 
 __all__ = ["MODES", "main", "run_mode", "summarize", "table", "plot"]
 
@@ -278,22 +278,7 @@ def _device_name() -> str:
         import paddle
 
         return paddle.device.cuda.get_device_name()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"CPU: {platform.processor() or platform.machine()}"
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL,
-                                       cwd=Path(__file__).resolve().parent).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return f"CPU: {provenance.cpu_name()} ({os.cpu_count()} cores)"
 
 
 def _progress_bar(total: int):
@@ -362,9 +347,9 @@ def main(argv=None) -> int:
     gpu = _on_gpu()
     report = {
         "benchmark": "flashmask-bench e2e",
-        "command": "flashmask-bench e2e " + " ".join(sys.argv[2:] if argv is None else argv),
-        "commit": _git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": _device_name(), "paddle": paddle.__version__,
+        **provenance.record("flashmask-bench e2e " + " ".join(sys.argv[2:] if argv is None else argv),
+                            _device_name()),
+        "paddle": paddle.__version__,
         "mem_kind": "device memory" if gpu else "host RSS",
         "counting": "tokens/s = real (document) tokens per step / median step time; padding excluded",
         "wall_s": time.perf_counter() - t0, "cpu_count": os.cpu_count(),
