@@ -7,8 +7,9 @@ import paddle
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flashmask_op_cases import (FORMS, TOL, Case, check_forward, draw_case, dtype_sweep_case, form_shape_cases, make_inputs,
-                                reference, run_op)
+from flashmask_paddle.testing.cases import FORMS, Case, draw_case, dtype_sweep_case, form_shape_cases
+from flashmask_paddle.testing.paddle_op import check_forward, make_inputs, run_op
+from flashmask_paddle.testing.tolerance import TOL, reference
 from flashmask_paddle import flashmask_attention
 
 
