@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flashmask_paddle.testing.cases import FORMS, Case, draw_case, dtype_sweep_case, form_shape_cases
+from flashmask_paddle.testing.cases import (FORMS, Case, draw_case, dtype_sweep_case, every_dtype_and_head_dim,
+                                            form_shape_cases)
 from flashmask_paddle.testing.paddle_op import check_backward
 
 
@@ -15,8 +16,7 @@ def test_gradients_match_reference_for_every_form_and_shape(rng, case):
     check_backward(rng, case)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])
+@every_dtype_and_head_dim
 def test_gradients_match_reference_for_every_dtype_and_head_dim(rng, dtype, head_dim):
     check_backward(rng, dtype_sweep_case(rng, dtype, head_dim, mask_heads="hq"))
 

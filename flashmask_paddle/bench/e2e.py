@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import provenance
+from . import plotting, provenance
 
 __all__ = ["MODES", "main", "run_mode", "summarize", "table", "plot"]
 
@@ -246,10 +246,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     done = {m: r for m, r in report["results"].items() if "step_s" in r}
     names = list(done)
@@ -268,9 +265,7 @@ def plot(report: dict, png: Path) -> None:
     fig.suptitle(f"flashmask-bench e2e: {cfg.get('task', '?')} recipe, {m.get('num_hidden_layers')} layers "
                  f"hidden {m.get('hidden_size')}, rows of {cfg.get('data', {}).get('max_length')} tokens — "
                  f"{report['device']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    plotting.save_png(fig, png, dpi=110)
 
 
 def _device_name() -> str:

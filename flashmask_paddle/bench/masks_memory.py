@@ -23,7 +23,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import provenance
+from . import plotting, provenance
 
 DEFAULT_SEQLENS = [8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
 INT32 = 4
@@ -90,10 +90,7 @@ def table(data: list[dict]) -> str:
 
 
 def plot(data: list[dict], path: Path, block: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = [r["seqlen"] for r in data]
@@ -108,9 +105,7 @@ def plot(data: list[dict], path: Path, block: int) -> None:
     ax.title.set_fontsize(9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plotting.save_png(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:

@@ -23,13 +23,14 @@ def form_id(form) -> str:
 @dataclass
 class Case:
     """One attention call. Bounds: ``indices`` when given, else drawn for (causal, ``columns``)
-    with ``mask_heads`` heads ("1", "hk", "hq" or a count); ``seed`` seeds what the backends draw."""
-    batch: int = 1
-    seqlen_q: int = 17
-    seqlen_k: int = 17
-    heads_q: int = 2
-    heads_k: int = 1
-    head_dim: int = 16
+    with ``mask_heads`` heads ("1", "hk", "hq" or a count); ``seed`` seeds what the backends draw.
+    The shape has no defaults: every case states it."""
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_k: int
+    head_dim: int
     causal: bool = False
     columns: int = 0
     mask_heads: str | int = "1"
@@ -164,6 +165,14 @@ def form_shape_cases() -> list:
     return [pytest.param(Case(b, sq, sk, hq, hk, d, causal=causal, columns=columns, mask_heads=hm),
                          id=f"causal{int(causal)}_C{columns}-B{b}_Sq{sq}_Sk{sk}_Hq{hq}_Hk{hk}_Hm{hm}_D{d}")
             for causal, columns in FORMS for b, sq, sk, hq, hk, hm, d in SHAPES]
+
+
+def every_dtype_and_head_dim(test):
+    """The dtype x head-dim sweep of the CPU op tests, as one decorator."""
+    import pytest
+
+    test = pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])(test)
+    return pytest.mark.parametrize("dtype", list(CPU_DTYPES))(test)
 
 
 def dtype_sweep_case(rng, dtype: str, head_dim: int, mask_heads: str) -> Case:
