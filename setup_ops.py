@@ -73,7 +73,7 @@ def op_extension():
 
     include_dirs = [os.path.join(OPS_DIR, "include"), os.path.join(OPS_DIR, "paddle")]
     # PADDLE_NO_PYTHON keeps extension.h from pulling pybind11/Python.h: the op needs neither,
-    # and the build takes half the time (DESIGN.md §5).
+    # and the build takes half the time.
     cxx = ["-O3", "-std=c++17", "-fopenmp", "-DPADDLE_NO_PYTHON", "-Wno-unused-parameter"]
     if os.environ.get("FLASHMASK_NATIVE", "1") != "0":
         cxx.append("-march=native")  # built where it is installed; enables AVX2/AVX-512 tiles

@@ -7,19 +7,17 @@ Both run in this process, on the same fp32 inputs, with the same number of threa
 OpenMP kernel and Paddle's MKL math both get every core), one after the other with a pause between
 (so neither runs next to the other's spinning idle threads); median of ``--repeats`` after a warm-up. The dense mask is an explicit bool
 ``[1, 1, S, S]`` built once outside the timing: with ``is_causal=True`` Paddle's CPU path ignores
-``attn_mask`` (DESIGN.md §5), and the causal triangle is part of the document mask anyway. Our time
+``attn_mask``, and the causal triangle is part of the document mask anyway. Our time
 includes argument validation (bound values are read back once per call). Prints a table and
 writes ``benchmarks/results/cpu_bench.json`` (command, commit, machine, date, timings, speedup).
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -31,28 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from flashmask_paddle import _ops, flashmask_attention, masks  # noqa: E402
+from flashmask_paddle.bench import provenance  # noqa: E402
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def git_commit() -> str:
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
-        measured = ["paddle_ops/cpu", "paddle_ops/include", "paddle_ops/paddle/flashmask_op.cc",
-                    "flashmask_paddle/api.py", "flashmask_paddle/_ops.py", "benchmarks/cpu_bench.py"]
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *measured], cwd=ROOT).returncode
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+# What this benchmark measures: a change here outside a commit marks the result's commit -dirty.
+MEASURED = ["paddle_ops/cpu", "paddle_ops/include", "paddle_ops/paddle/flashmask_op.cc",
+            "flashmask_paddle/api.py", "flashmask_paddle/_ops.py", "benchmarks/cpu_bench.py"]
 
 
 def timed(fn, repeats: int) -> list[float]:
@@ -122,7 +103,7 @@ def main(argv=None) -> int:
         t_ours = timed(lambda: ours(backward), args.repeats)
         t_dense = timed(lambda: dense(backward), args.repeats)
         m_ours, m_dense = statistics.median(t_ours), statistics.median(t_dense)
-        flops = fwd_flops * (3.5 if backward else 1.0)  # bwd = 2.5x fwd (DESIGN.md §7)
+        flops = fwd_flops * (3.5 if backward else 1.0)  # bwd = 2.5x fwd (benchmarks/README.md)
         rows.append({
             "pass": label,
             "flashmask_ms": round(m_ours * 1e3, 2), "flashmask_runs_ms": [round(t * 1e3, 2) for t in t_ours],
@@ -141,10 +122,9 @@ def main(argv=None) -> int:
 
     result = {
         "benchmark": "cpu flashmask op vs paddle scaled_dot_product_attention with dense bool mask",
-        "command": "python " + " ".join([os.path.relpath(__file__, ROOT)] + (argv if argv is not None else sys.argv[1:])),
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": args.threads,
+        **provenance.record("python " + " ".join([os.path.relpath(__file__, ROOT)] + (argv if argv is not None else sys.argv[1:])),
+                            provenance.cpu_name(), dirty_paths=MEASURED),
+        "machine": {"cpu": provenance.cpu_name(), "cores": os.cpu_count(), "threads": args.threads,
                     "load_average_at_start": os.getloadavg()[0], "platform": platform.platform()},
         "software": {"paddle": paddle.__version__, "python": platform.python_version(),
                      "op_library": _ops.library_path()},

@@ -29,13 +29,11 @@ paired ratio.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from flashmask_paddle import masks  # noqa: E402  (numpy only: runs where paddle cannot)
+from flashmask_paddle.bench import provenance  # noqa: E402  (standard library only)
 
 IMPLS = ("flashmask", "dense", "flex")
 
@@ -664,16 +663,6 @@ def plot(report, png_path):
     plt.close(fig)
 
 
-def git_commit() -> str:
-    if os.environ.get("FM_COMMIT"):
-        return os.environ["FM_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 # ----------------------------------------------------------------------------------------------
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -766,8 +755,7 @@ def make_report(torch, args, argv, shape, plan, impls, dtype, results, t_start) 
     dense = next((i for i in impls if i.name == "dense"), None)
     return {
         "benchmark": "e2e_h200", "command": "python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
-        "commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"),
+        "commit": provenance.git_commit(), "date": provenance.utc_now(),
         # a prebuilt library may come from another commit than this script: say which
         "flashmask_lib": os.environ.get("FLASHMASK_LIB"),
         "flashmask_lib_commit": os.environ.get("FM_LIB_COMMIT"),

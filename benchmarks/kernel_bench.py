@@ -33,10 +33,7 @@ Importable without torch or a GPU (the mask construction is numpy).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
-import subprocess
 import sys
 import time
 import warnings
@@ -49,6 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from flashmask_paddle import masks  # noqa: E402
+from flashmask_paddle.bench import provenance  # noqa: E402
 
 MASKS = ("causal", "sliding_window", "causal_document", "document", "share_question",
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
@@ -612,16 +610,6 @@ def plot(rows, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _commit() -> str:
-    if os.environ.get("FLASHMASK_COMMIT"):
-        return os.environ["FLASHMASK_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:
-        return "unknown"
-
-
 _PREVIOUS = None  # the --append file's content as found at start
 
 
@@ -684,8 +672,8 @@ def main(argv=None) -> int:
         args.impls = [i for i in args.impls if i in ("flashmask", "flex")]
     impls = make_impls(torch, args.impls, args.variant)
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-            "commit": _commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "commit": provenance.git_commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
+            "date": provenance.utc_now(),
             "method": "median of reps queued back to back (GPU time per call) after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
             "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps, "seed": args.seed, "tokens": args.tokens}

@@ -1,6 +1,6 @@
 """Dense float64 attention in numpy: the test oracle for every kernel.
 
-Written from the mask semantics of DESIGN.md §2 alone (through :func:`visible_pairs`), never from
+Written from the mask semantics of docs/MASKS_AND_API.md alone (through :func:`visible_pairs`), never from
 the kernels. Layout ``[B, S, H, D]`` as in the op; masks broadcast over heads from ``Hm`` in
 ``{1, Hk, Hq}``. Fully masked query rows give output 0, LSE ``-inf`` and zero gradients.
 """

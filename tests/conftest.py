@@ -22,7 +22,7 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
-    cases = sys.modules.get("flashmask_op_cases")  # only when the op tests ran
+    cases = sys.modules.get("flashmask_paddle.testing.tolerance")  # only when the op tests ran
     if cases is None or not cases.WORST:
         return
     terminalreporter.section("flashmask op: worst error vs fp64 reference, max|a-b| / max(1, max|ref|)")

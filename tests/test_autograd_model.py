@@ -14,7 +14,7 @@ B, S, E, HQ, HK, D = 2, 75, 24, 4, 2, 16
 
 
 def dense_mask(idx, causal, sq, sk):
-    """bool [B, Hm, Sq, Sk], True = visible, from int indices with Paddle ops (DESIGN.md §2)."""
+    """bool [B, Hm, Sq, Sk], True = visible, from int indices with Paddle ops (docs/MASKS_AND_API.md)."""
     rows = paddle.arange(sq, dtype="int64").reshape([1, 1, sq, 1])
     bound = lambda c: idx[..., c].astype("int64").unsqueeze(2)  # [B, Hm, 1, Sk]
     c = idx.shape[-1]

@@ -6,9 +6,12 @@
 2. The Paddle op's GPU source (flashmask_op_gpu.cc) and flashmask_op.cc against the installed
    paddle's headers with -DPADDLE_NO_PYTHON -DPADDLE_WITH_CUDA -DFLASHMASK_WITH_CUDA (syntax only).
 
-The CMake build is cached under /tmp/flashmask_ci_build, keyed by the hash of the sources and
-options: a rerun with unchanged sources is a no-op; ninja rebuilds only what changed otherwise. FLASHMASK_CI_JOBS sets
-the parallelism (default: CPU count, at most 2 TUs at once to bound memory).
+The build is `flashmask_paddle/torch/_build.py`'s (the torch binding's auto-build: the same CMake
+call), cached under /tmp/flashmask_ci_build keyed by its hash of the sources and options: a rerun
+with unchanged sources is a no-op; the CMake build folder is keyed by the checkout's path, so after
+an edit only the changed translation units recompile. FLASHMASK_CI_JOBS sets the parallelism
+(default: CPU count, at most 2 TUs at once to bound memory). The configure step is also checked
+with the other CMake generator (Unix Makefiles when the build used Ninja), configure only.
 """
 from __future__ import annotations
 
@@ -19,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,19 +32,27 @@ OPS = REPO / "paddle_ops"
 ARCHS = ("80", "90")
 
 
-def _nvcc():
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return str(Path(home) / "bin" / "nvcc")
-    return None
+def _load_build_module():
+    """flashmask_paddle/torch/_build.py by path: the package's __init__ imports torch, CI has none."""
+    spec = importlib.util.spec_from_file_location("flashmask_build", REPO / "flashmask_paddle" / "torch" / "_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-NVCC = _nvcc()
+_build = _load_build_module()
+NVCC = _build.find_nvcc()
 pytestmark = pytest.mark.skipif(NVCC is None or shutil.which("cmake") is None,
                                 reason="needs nvcc and cmake (CUDA compile check)")
+
+
+def _options() -> dict:
+    nvcc_version = subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout
+    return {"FLASHMASK_WITH_CUDA": "ON", "FLASHMASK_CUDA_ARCHS": ";".join(ARCHS), "nvcc": NVCC,
+            "nvcc_version": nvcc_version}
+
+
+EXTRA = ["-DFLASHMASK_NVCC_THREADS=1", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]
 
 
 def _cuda_sources():
@@ -53,51 +63,38 @@ def _cuda_sources():
     return [line for line in lines if line]
 
 
-def _build_key() -> str:
-    h = hashlib.sha256()
-    for path in sorted(OPS.rglob("*")):
-        if path.is_file() and path.suffix in {".h", ".cuh", ".hpp", ".cc", ".cpp", ".cu", ".txt"}:
-            h.update(str(path.relative_to(OPS)).encode())
-            h.update(path.read_bytes())
-    h.update(subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout.encode())
-    h.update(";".join(ARCHS).encode())
-    return h.hexdigest()[:16]
-
-
-def _run(cmd, log, **kw):
-    with open(log, "ab") as f:
-        f.write(("\n$ " + " ".join(map(str, cmd)) + "\n").encode())
-        f.flush()
-        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, **kw)
-    if proc.returncode:
-        tail = Path(log).read_text(errors="replace")[-6000:]
-        pytest.fail(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{tail}")
-
-
 @pytest.fixture(scope="module")
 def cuda_library():
-    """Builds (or reuses) the library. Results are keyed by the sources' content hash (a rerun on
-    unchanged sources is a no-op, also from another clone); the ninja build dir is keyed by the
-    checkout's path, so after an edit only the changed translation units recompile."""
+    """Builds (or reuses) the library with the torch binding's builder."""
     cache = Path(os.environ.get("FLASHMASK_CI_BUILD_DIR", "/tmp/flashmask_ci_build"))
-    key = _build_key()
-    lib, stamp, commands = cache / f"libflashmask-{key}.so", cache / f"ok-{key}", cache / f"compile_commands-{key}.json"
+    options = _options()
+    out_dir = cache / _build.source_hash(OPS, options)
+    lib, stamp, commands = out_dir / _build.LIB_NAME, out_dir / "ok", out_dir / "compile_commands.json"
     build = cache / ("build-" + hashlib.sha256(str(OPS).encode()).hexdigest()[:12])
-    log = cache / f"build-{key}.log"
     if not stamp.is_file():
-        build.mkdir(parents=True, exist_ok=True)
-        jobs = os.environ.get("FLASHMASK_CI_JOBS") or str(min(2, os.cpu_count() or 1))
+        out_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["cmake", "-S", OPS, "-B", build, *generator, "-DCMAKE_BUILD_TYPE=Release",
-              "-DFLASHMASK_WITH_CUDA=ON", f"-DFLASHMASK_CUDA_ARCHS={';'.join(ARCHS)}",
-              "-DFLASHMASK_NVCC_THREADS=1", f"-DCMAKE_CUDA_COMPILER={NVCC}",
-              "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DPython3_EXECUTABLE={sys.executable}"], log)
-        _run(["cmake", "--build", build, "-j", jobs], log)
-        shutil.copy2(build / "libflashmask.so", lib)
+        try:
+            _build.build_library(OPS, out_dir, options, build=build, extra=EXTRA,
+                                 jobs=os.environ.get("FLASHMASK_CI_JOBS") or str(min(2, os.cpu_count() or 1)))
+        except RuntimeError as err:
+            pytest.fail(str(err))
         shutil.copy2(build / "compile_commands.json", commands)
         stamp.write_text(f"{time.time() - t0:.0f} s\n")
     return {"lib": lib, "commands": commands, "seconds": stamp.read_text().strip()}
+
+
+def test_cmake_configures_with_the_other_generator(tmp_path):
+    """Every documented build works with Ninja and with Unix Makefiles (CMake's default): the
+    library fixture builds with the builder's default generator, this configures with the other."""
+    used = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
+    other = "Unix Makefiles" if used == "Ninja" else "Ninja"
+    if shutil.which({"Ninja": "ninja", "Unix Makefiles": "make"}[other]) is None:
+        pytest.skip(f"{other} is not installed")
+    cmd = _build.configure_command(OPS, tmp_path / "build", _options(), generator=other, extra=EXTRA)
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert (tmp_path / "build" / ("build.ninja" if other == "Ninja" else "Makefile")).is_file()
 
 
 def test_cuda_library_builds_for_sm80_and_sm90(cuda_library):

@@ -1,4 +1,4 @@
-"""benchmarks/kernel_bench.py imports without torch and draws the masks DESIGN.md §7 describes."""
+"""benchmarks/kernel_bench.py imports without torch and draws the masks benchmarks/README.md describes."""
 from __future__ import annotations
 
 import importlib.util

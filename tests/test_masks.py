@@ -33,7 +33,7 @@ def owner(lens):
     return np.repeat(np.arange(len(lens)), lens)
 
 
-# ---- Paddle 3.3 docstring examples (ground truth, DESIGN.md §3) --------------------------------
+# ---- Paddle 3.3 docstring examples (ground truth for shapes) --------------------------------
 
 def col(mask, k=0):
     return mask.indices[0, 0, :, k].tolist()

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flashmask_op_cases import FORMS, Case, check_backward, draw_case, dtype_sweep_case, form_shape_cases
+from flashmask_paddle.testing.cases import (FORMS, Case, draw_case, dtype_sweep_case, every_dtype_and_head_dim,
+                                            form_shape_cases)
+from flashmask_paddle.testing.paddle_op import check_backward
 
 
 @pytest.mark.parametrize("case", form_shape_cases())
@@ -14,8 +16,7 @@ def test_gradients_match_reference_for_every_form_and_shape(rng, case):
     check_backward(rng, case)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])
+@every_dtype_and_head_dim
 def test_gradients_match_reference_for_every_dtype_and_head_dim(rng, dtype, head_dim):
     check_backward(rng, dtype_sweep_case(rng, dtype, head_dim, mask_heads="hq"))
 
@@ -46,7 +47,7 @@ def test_fully_masked_rows_have_zero_query_gradient(rng, causal, columns):
 def test_query_rows_that_see_no_key_give_zero_gradients_everywhere(rng):
     """All rows masked (causal, LTS = 0 in every column): out 0, grads exactly 0, no NaN."""
     case = Case(1, 33, 40, 2, 1, 16, causal=True, columns=1)
-    from flashmask_op_cases import make_inputs, run_op
+    from flashmask_paddle.testing.paddle_op import make_inputs, run_op
 
     q, k, v, dout, _ = make_inputs(rng, case)
     out, lse, dq, dk, dv = run_op(case, q, k, v, dout, np.zeros((1, 1, 40, 1), np.int32))
@@ -57,7 +58,7 @@ def test_query_rows_that_see_no_key_give_zero_gradients_everywhere(rng):
 def test_backward_is_bitwise_deterministic(rng):
     """dK/dV are reduced over GQA groups without atomics and dQ in a separate pass: repeated runs
     (different thread interleavings) must agree bit for bit."""
-    from flashmask_op_cases import make_inputs, run_op
+    from flashmask_paddle.testing.paddle_op import make_inputs, run_op
 
     case = Case(2, 200, 190, 8, 2, 32, causal=False, columns=4, mask_heads="hq")
     q, k, v, dout, idx = make_inputs(rng, case)

@@ -7,8 +7,10 @@ import paddle
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flashmask_op_cases import (FORMS, TOL, Case, check_forward, draw_case, dtype_sweep_case, form_shape_cases, make_inputs,
-                                reference, run_op)
+from flashmask_paddle.testing.cases import (FORMS, Case, draw_case, dtype_sweep_case, every_dtype_and_head_dim,
+                                            form_shape_cases)
+from flashmask_paddle.testing.paddle_op import check_forward, make_inputs, run_op
+from flashmask_paddle.testing.tolerance import TOL, reference
 from flashmask_paddle import flashmask_attention
 
 
@@ -17,8 +19,7 @@ def test_forward_matches_reference_for_every_form_and_shape(rng, case):
     check_forward(rng, case)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("head_dim", [16, 64, 80, 128, 256])
+@every_dtype_and_head_dim
 def test_forward_matches_reference_for_every_dtype_and_head_dim(rng, dtype, head_dim):
     check_forward(rng, dtype_sweep_case(rng, dtype, head_dim, mask_heads="hk"))
 

@@ -22,7 +22,7 @@ def random_indices(rng, batch, heads, sq, sk, causal, c):
 
 
 def column_loops(idx, causal, sq):
-    """DESIGN.md §2 table, one key column at a time (True = visible)."""
+    """docs/MASKS_AND_API.md table, one key column at a time (True = visible)."""
     batch, heads, sk, c = idx.shape
     vis = np.ones((batch, heads, sq, sk), bool)
     for b in range(batch):

@@ -11,7 +11,7 @@ an EOS token. On English text this lands near the usual ~4 bytes per token.
 Documents: GSM8K train, ``question + "\\n" + answer`` (an SFT sample); hh-rlhf harmless, the whole
 ``chosen`` dialogue (a DPO/RM sample). Usage::
 
-    python -m flashmask_paddle.bench.doc_lengths ../shared/data benchmarks/data/doc_lengths.json
+    python -m flashmask_paddle.bench.doc_lengths DATA_DIR benchmarks/data/doc_lengths.json
 """
 from __future__ import annotations
 

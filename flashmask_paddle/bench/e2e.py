@@ -8,7 +8,7 @@ the recipe framework of :mod:`flashmask_paddle.train`) once per mode:
              integration's dense path, the mask built by ``masks.to_dense``)
   padding    one document per row, right-padded (``data.packing=false``), our op
 
-and reports, per mode: tokens/s over REAL tokens (documents, not padding; DESIGN.md §7), median step
+and reports, per mode: tokens/s over REAL tokens (documents, not padding; benchmarks/README.md), median step
 time (``--warmup`` steps excluded), peak memory (device memory on a GPU; host RSS on a CPU, sampled
 during the steps), mask bytes per step, first/last loss; plus the speedups of flashmask over the
 two others. Prints a table, writes JSON and a PNG chart (``--out``, default
@@ -26,11 +26,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +36,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from . import plotting, provenance
 
 __all__ = ["MODES", "main", "run_mode", "summarize", "table", "plot"]
 
@@ -246,10 +246,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     done = {m: r for m, r in report["results"].items() if "step_s" in r}
     names = list(done)
@@ -268,9 +265,7 @@ def plot(report: dict, png: Path) -> None:
     fig.suptitle(f"flashmask-bench e2e: {cfg.get('task', '?')} recipe, {m.get('num_hidden_layers')} layers "
                  f"hidden {m.get('hidden_size')}, rows of {cfg.get('data', {}).get('max_length')} tokens — "
                  f"{report['device']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    plotting.save_png(fig, png, dpi=110)
 
 
 def _device_name() -> str:
@@ -278,22 +273,7 @@ def _device_name() -> str:
         import paddle
 
         return paddle.device.cuda.get_device_name()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"CPU: {platform.processor() or platform.machine()}"
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL,
-                                       cwd=Path(__file__).resolve().parent).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return f"CPU: {provenance.cpu_name()} ({os.cpu_count()} cores)"
 
 
 def _progress_bar(total: int):
@@ -362,9 +342,9 @@ def main(argv=None) -> int:
     gpu = _on_gpu()
     report = {
         "benchmark": "flashmask-bench e2e",
-        "command": "flashmask-bench e2e " + " ".join(sys.argv[2:] if argv is None else argv),
-        "commit": _git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": _device_name(), "paddle": paddle.__version__,
+        **provenance.record("flashmask-bench e2e " + " ".join(sys.argv[2:] if argv is None else argv),
+                            _device_name()),
+        "paddle": paddle.__version__,
         "mem_kind": "device memory" if gpu else "host RSS",
         "counting": "tokens/s = real (document) tokens per step / median step time; padding excluded",
         "wall_s": time.perf_counter() - t0, "cpu_count": os.cpu_count(),

@@ -18,12 +18,12 @@ Writes ``benchmarks/results/mask_memory.json`` and ``mask_memory.png`` (log scal
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import platform
-import subprocess
 import sys
 from pathlib import Path
+
+from . import plotting, provenance
 
 DEFAULT_SEQLENS = [8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
 INT32 = 4
@@ -90,10 +90,7 @@ def table(data: list[dict]) -> str:
 
 
 def plot(data: list[dict], path: Path, block: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = [r["seqlen"] for r in data]
@@ -108,17 +105,7 @@ def plot(data: list[dict], path: Path, block: int) -> None:
     ax.title.set_fontsize(9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    plotting.save_png(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:
@@ -132,10 +119,8 @@ def main(argv=None) -> int:
     print(table(data))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     record = {
-        "command": " ".join(["flashmask-bench", "masks", *(argv if argv is not None else sys.argv[1:])]),
-        "commit": _commit(),
-        "device": f"computed, not measured ({platform.node() or 'host'})",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **provenance.record(" ".join(["flashmask-bench", "masks", *(argv if argv is not None else sys.argv[1:])]),
+                            f"computed, not measured ({platform.node() or 'host'})"),
         "block": args.block,
         "notes": "bytes for one mask (B = H = 1); see flashmask_paddle/bench/masks_memory.py for the counting",
         "rows": data,

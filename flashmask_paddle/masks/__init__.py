@@ -2,7 +2,7 @@
 
 Every builder returns a :class:`ColumnMask` ``(indices, causal)``: ``indices`` is the int32
 ``startend_row_indices`` ``[B, Hm, Sk, C]`` and ``causal`` the flag to pass with it to
-``flashmask_attention``. The meaning of the C bound columns per flag is DESIGN.md §2; the dense
+``flashmask_attention``. The meaning of the C bound columns per flag is docs/MASKS_AND_API.md; the dense
 semantics is :func:`flashmask_paddle.reference.visible_pairs`, reached here via :func:`to_dense`.
 Each builder's docstring shows its 10-token picture (■ visible, · masked; rows are queries),
 checked by the tests. Builders use the smallest C that expresses the mask.

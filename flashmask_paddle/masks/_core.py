@@ -1,6 +1,6 @@
 """The column-wise mask value, its validation, and views of it (dense picture, tile density).
 
-Semantics live in one place, :func:`flashmask_paddle.reference.visible_pairs` (DESIGN.md §2);
+Semantics live in one place, :func:`flashmask_paddle.reference.visible_pairs` (docs/MASKS_AND_API.md);
 everything here that needs "which pairs are visible" either calls it or is tested against it.
 """
 from __future__ import annotations
@@ -27,14 +27,14 @@ class ColumnMask(NamedTuple):
 
 
 def bound_names(causal: bool, columns: int) -> tuple[str, ...]:
-    """Names of the bound columns for a (causal, C) form, in storage order (DESIGN.md §2 table)."""
+    """Names of the bound columns for a (causal, C) form, in storage order (the table of docs/MASKS_AND_API.md)."""
     if causal:
         return {1: ("LTS",), 2: ("LTS", "LTE")}[columns]
     return {2: ("LTS", "UTE"), 4: ("LTS", "LTE", "UTS", "UTE")}[columns]
 
 
 def check_bound_columns(columns: int, causal: bool) -> None:
-    """Raise ValueError unless C = ``columns`` is a form DESIGN.md §2 defines for ``causal``.
+    """Raise ValueError unless C = ``columns`` is a form docs/MASKS_AND_API.md defines for ``causal``.
 
     The one place that says which C goes with which flag: :func:`validate` and the op's layout
     check (``flashmask_paddle._validate.check_indices_layout``) both call it.
@@ -121,7 +121,7 @@ def _masked_intervals(arr, causal, seqlen_q):
     """Two masked row intervals per column, ``(s1, e1), (s2, e2)`` each int64 ``[B, Hm, Sk]``.
 
     The causal triangle becomes the upper interval ``[0, j - (Sk - Sq))`` (clipped), so every form
-    of DESIGN.md §2 reads as "column j is masked on the union of two intervals".
+    of docs/MASKS_AND_API.md reads as "column j is masked on the union of two intervals".
     """
     batch, heads, sk, columns = arr.shape
     full = np.full((batch, heads, sk), seqlen_q, dtype=np.int64)
@@ -155,7 +155,7 @@ def _visible_pieces(arr, causal, seqlen_q):
 def count_visible(mask_or_indices, causal: bool | None = None, seqlen_q: int | None = None) -> np.ndarray:
     """Number of visible (query, key) pairs per ``[B, Hm]`` without building the dense mask.
 
-    This is the ``pairs`` of DESIGN.md §7 (FLOPs = 4·D·pairs·Hq forward).
+    This is the ``pairs`` the benchmarks count (benchmarks/README.md; FLOPs = 4·D·pairs·Hq forward).
     """
     arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
     pieces = _visible_pieces(arr, causal, seqlen_q)

@@ -6,7 +6,7 @@
     out = flashmask_attention(q, k, v, torch.from_numpy(idx).cuda(), causal=causal)
 
 Layout ``[B, S, H, D]`` and mask semantics as ``flashmask_paddle.flashmask_attention``
-(DESIGN.md §2). CUDA tensors run the CUDA kernels on the current stream (fp16/bf16); CPU tensors
+(docs/MASKS_AND_API.md). CUDA tensors run the CUDA kernels on the current stream (fp16/bf16); CPU tensors
 run the CPU kernels (fp32/fp16/bf16). Importing this needs torch, not paddle. The library is found
 or built on first use (see ``_build.py`` for ``FLASHMASK_LIB`` and the build cache).
 """

@@ -22,7 +22,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import _env
+# Standard library only (and the env registry, itself standard library), and imported by path in
+# tests/test_cuda_build.py: keep it free of torch.
+if __package__:
+    from .. import _env
+else:  # loaded by path: the registry sits one folder up
+    import importlib.util as _util
+
+    _spec = _util.spec_from_file_location("flashmask_env", Path(__file__).resolve().parents[1] / "_env.py")
+    _env = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(_env)
 
 LIB_NAME = "libflashmask.so"
 _SOURCE_SUFFIXES = {".h", ".cuh", ".hpp", ".cc", ".cpp", ".cu", ".txt", ".inc"}
@@ -47,7 +56,7 @@ def _source_files(src: Path):
                   if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "build" not in p.relative_to(src).parts)
 
 
-def _nvcc() -> str | None:
+def find_nvcc() -> str | None:
     for var in ("CUDACXX",):
         if os.environ.get(var):
             return os.environ[var]
@@ -74,7 +83,7 @@ def _gpu_archs() -> list[str]:
 
 def build_options() -> dict:
     """The CMake options this process would build with (part of the cache key)."""
-    nvcc = _nvcc()
+    nvcc = find_nvcc()
     archs = _gpu_archs()
     if _env.value("FLASHMASK_WITH_CUDA") is None:
         with_cuda = bool(nvcc) and bool(archs)
@@ -118,22 +127,35 @@ def _run(cmd, log) -> None:
         raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
-def build_library(src: Path, out_dir: Path, options: dict) -> Path:
-    """Configures and builds libflashmask into out_dir/build, then publishes out_dir/libflashmask.so."""
+def configure_command(src: Path, build: Path, options: dict, *, generator: str | None = None,
+                      extra=()) -> list:
+    """The CMake configure call of libflashmask for ``options`` (see :func:`build_options`).
+    ``generator``: a CMake generator name; default Ninja when installed, else CMake's default."""
     cmake = shutil.which("cmake")
     if cmake is None:
         raise RuntimeError("building libflashmask needs cmake on PATH (or set FLASHMASK_LIB)")
-    build = out_dir / "build"
-    build.mkdir(parents=True, exist_ok=True)
     configure = [cmake, "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                  f"-DFLASHMASK_WITH_CUDA={options['FLASHMASK_WITH_CUDA']}",
                  f"-DFLASHMASK_CUDA_ARCHS={options['FLASHMASK_CUDA_ARCHS']}",
-                 f"-DPython3_EXECUTABLE={sys.executable}"]
+                 f"-DPython3_EXECUTABLE={sys.executable}", *extra]
     if options["nvcc"]:
         configure.append(f"-DCMAKE_CUDA_COMPILER={options['nvcc']}")
-    if shutil.which("ninja"):
-        configure += ["-G", "Ninja"]
-    jobs = _env.value("FLASHMASK_BUILD_JOBS") or str(os.cpu_count() or 2)
+    if generator is None and shutil.which("ninja"):
+        generator = "Ninja"
+    if generator:
+        configure += ["-G", generator]
+    return configure
+
+
+def build_library(src: Path, out_dir: Path, options: dict, *, build: Path | None = None, extra=(),
+                  jobs: str | None = None) -> Path:
+    """Configures and builds libflashmask into ``build`` (default out_dir/build), then publishes
+    out_dir/libflashmask.so. ``extra``: more CMake arguments."""
+    build = build or out_dir / "build"
+    build.mkdir(parents=True, exist_ok=True)
+    configure = configure_command(src, build, options, extra=extra)
+    cmake = configure[0]
+    jobs = jobs or _env.value("FLASHMASK_BUILD_JOBS") or str(os.cpu_count() or 2)
     log_path = out_dir / "build.log"
     _log(f"building {LIB_NAME} (CUDA {options['FLASHMASK_WITH_CUDA']}, archs {options['FLASHMASK_CUDA_ARCHS']}) "
          f"in {build}; log: {log_path}")

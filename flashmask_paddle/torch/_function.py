@@ -48,7 +48,7 @@ def flashmask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     device, one dtype (CUDA: float16/bfloat16 and the (D, Dv) pairs the library reports; CPU: also
     float32, any D and Dv); any strides with the head dim contiguous (otherwise copied).
     ``startend_row_indices``: int32 ``[B, Hm, Sk, C]`` on the same device, ``Hm`` in
-    ``{1, Hk, Hq}``, meaning per (causal, C) as ``flashmask_paddle.flashmask_attention``'s; None
+    ``{1, Hk, Hq}``, meaning per (causal, C) as in docs/MASKS_AND_API.md; None
     for plain causal/full attention. ``block_mask``: int32 0/1 ``[B, Hm, ceil(Sq/128),
     ceil(Sk/128)]``, 0 masks a 128x128 block on top of the bounds (Paddle 3.3's meaning).
     ``softmax_scale`` defaults to ``D ** -0.5``. ``deterministic=True`` (or

@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from gpu_harness import FORMS, GPU_DTYPES, Case, check, form_id, fuzz_bounds  # noqa: E402
+from flashmask_paddle.testing.cases import CUDA_DTYPES, FORMS, Case, form_id, random_bounds  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check  # noqa: E402
 
 from flashmask_paddle import masks  # noqa: E402
 
@@ -29,12 +30,12 @@ def fuzzed_case(form, *, seed_offset, batch=2, seqlen_q=129, seqlen_k=None, head
     seqlen_k = seqlen_q if seqlen_k is None else seqlen_k
     seed = SEED + seed_offset
     rng = np.random.default_rng(seed)
-    idx = fuzz_bounds(rng, form, batch, mask_heads, seqlen_q, seqlen_k)
+    idx = random_bounds(rng, form, batch, mask_heads, seqlen_q, seqlen_k)
     return Case(batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q, heads_k=heads_k,
                 head_dim=head_dim, dtype=dtype, causal=form[0], indices=idx, seed=seed, **kw)
 
 
-@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
 @pytest.mark.parametrize("seqlen", [1, 17, 127, 129, 1000])
 @pytest.mark.parametrize("form", FORMS, ids=form_id)
 def test_every_form_and_length_matches_reference(form, seqlen, dtype):
@@ -49,7 +50,7 @@ def test_sq_ne_sk_uses_bottom_right_causal_alignment(form, seqlens):
     check(fuzzed_case(form, seed_offset=7 * sq + sk, seqlen_q=sq, seqlen_k=sk, head_dim=64, dtype="bf16"))
 
 
-@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("form", [(True, 1), (False, 4), (True, None)], ids=form_id)
 def test_head_dims(form, head_dim, dtype):
@@ -154,19 +155,19 @@ def test_paper_masks_from_builders(name):
 def test_fully_masked_rows_give_zero_output_minus_inf_lse_zero_grads():
     s = 300
     rng = np.random.default_rng(SEED + 3)
-    idx = fuzz_bounds(rng, (False, 4), 1, 1, s, s)
+    idx = random_bounds(rng, (False, 4), 1, 1, s, s)
     idx[..., 0], idx[..., 1] = 40, 170   # rows [40, 170) masked in every column ...
     idx[..., 2], idx[..., 3] = 0, 25     # ... and rows [0, 25)
     idx[:, :, :50, 1] = 200              # a few columns mask more rows
-    err = check(Case(batch=1, seqlen_q=s, seqlen_k=s, heads_q=2, heads_k=2, head_dim=128, causal=False,
-                     indices=idx, seed=SEED + 3))
+    err = check(Case(batch=1, seqlen_q=s, seqlen_k=s, heads_q=2, heads_k=2, head_dim=128, dtype="bf16",
+                     causal=False, indices=idx, seed=SEED + 3))
     assert err["out_dead_nonzero"] == 0 and err["lse_dead_not_-inf"] == 0 and err["dq_dead_nonzero"] == 0
 
 
 def test_causal_with_more_queries_than_keys_masks_leading_rows():
     # bottom-right alignment: query i sees keys j <= i + Sk - Sq, so the first Sq - Sk rows see nothing
-    check(Case(batch=1, seqlen_q=300, seqlen_k=100, heads_q=2, heads_k=1, head_dim=64, causal=True,
-               seed=SEED + 5))
+    check(Case(batch=1, seqlen_q=300, seqlen_k=100, heads_q=2, heads_k=1, head_dim=64, dtype="bf16",
+               causal=True, seed=SEED + 5))
 
 
 def test_softmax_scale_is_honoured():

@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from gpu_harness import Case, check, fuzz_bounds, poisoned_outputs  # noqa: E402
+from flashmask_paddle.testing.cases import Case, random_bounds  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check, poisoned_outputs  # noqa: E402
 
 from flashmask_paddle.torch import flashmask_attention  # noqa: E402
 
@@ -33,7 +34,7 @@ def _grads(q, k, v, idx, causal, dout, deterministic):
 @pytest.mark.parametrize("how", ["argument", "env"])
 def test_deterministic_backward_is_bitwise_reproducible(how, monkeypatch):
     q, k, v = _inputs(seed=1)
-    idx = torch.from_numpy(fuzz_bounds(np.random.default_rng(1), (True, 2), 2, 2, 1000, 1000)).cuda()
+    idx = torch.from_numpy(random_bounds(np.random.default_rng(1), (True, 2), 2, 2, 1000, 1000)).cuda()
     dout = torch.randn_like(q)
     if how == "env":
         monkeypatch.setenv("FLASHMASK_DETERMINISTIC", "1")
@@ -50,7 +51,7 @@ def test_non_contiguous_inputs_match_contiguous():
     qkv = torch.randn(b, s, 3, h, d, device="cuda", dtype=torch.bfloat16)
     q, k, v = qkv.unbind(dim=2)  # strided views with the head dim contiguous
     assert not q.is_contiguous()
-    idx = torch.from_numpy(fuzz_bounds(np.random.default_rng(2), (False, 2), b, 1, s, s)).cuda()
+    idx = torch.from_numpy(random_bounds(np.random.default_rng(2), (False, 2), b, 1, s, s)).cuda()
     strided = flashmask_attention(q, k, v, idx, causal=False)
     packed = flashmask_attention(q.contiguous(), k.contiguous(), v.contiguous(), idx, causal=False)
     assert torch.equal(strided, packed)
@@ -79,7 +80,7 @@ def test_returns_lse_of_the_right_shape():
 def test_fp16_matches_reference_with_gqa_and_per_head_masks():
     rng = np.random.default_rng(9)
     check(Case(batch=2, seqlen_q=250, seqlen_k=250, heads_q=6, heads_k=3, head_dim=128, dtype="fp16",
-               causal=False, indices=fuzz_bounds(rng, (False, 4), 2, 6, 250, 250), seed=9))
+               causal=False, indices=random_bounds(rng, (False, 4), 2, 6, 250, 250), seed=9))
 
 
 @pytest.mark.parametrize("bad, error, words", [

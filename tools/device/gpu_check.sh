@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# One command for the H200: build libflashmask with CMake, run tests/gpu, compute-sanitizer
-# memcheck + racecheck on a small case, and optionally the kernel benchmark.
+# Build, test, sanitize and benchmark the CUDA kernels on a CUDA machine (run from any directory;
+# it works in the repository root). Needs nvcc, cmake, torch with CUDA, and the CuTe headers
+# (.third_party/cutlass_include, or the nvidia-cutlass wheel). Steps:
+#   1. build libflashmask with CMake (paddle_ops/CMakeLists.txt) into build/flashmask
+#   2. pytest tests/gpu (the CUDA kernels through the torch binding vs the fp64 reference)
+#   3. compute-sanitizer memcheck and racecheck on tools/device/sanitize_case.py (beside step 2)
+#   4. optionally benchmarks/kernel_bench.py, alone after the rest so nothing disturbs its timings
 #
-# Through the device tool (repo root; the CuTe headers travel as .third_party):
-#   run(command="bash tools/device/gpu_check.sh", carry=[".third_party"])
-#   run(command="bash tools/device/gpu_check.sh --bench '--seqlens 8192 32768 --head-dims 128 --dtypes bf16'",
-#       carry=[".third_party"])
+#   bash tools/device/gpu_check.sh                                    # steps 1-3
+#   bash tools/device/gpu_check.sh --bench '--seqlens 8192 32768 --head-dims 128 --dtypes bf16'
+#
 # Options:
 #   --bench "ARGS"   also run benchmarks/kernel_bench.py ARGS (JSON + PNG to $OUT); several runs
 #                    into one JSON: "ARGS1 ;; ARGS2" (e.g. a core matrix, then a few extra rows)
 #   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
 #   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
-#   --lib PATH       use a libflashmask.so built elsewhere (e.g. here by tests/test_cuda_build.py for
-#                    sm_80+sm_90, copied into a git-excluded folder named in carry) instead of building
-#   ARCHS=90 (env)   CUDA archs to build; JOBS=16 (env) build parallelism; PYTEST_WORKERS=12 (xdist)
-#   FLASHMASK_COMMIT=<sha> (env): recorded in the summary and the benchmark JSON (no .git travels)
-# Outputs under $OUT (default ./gpu_check_out): build.log, tests.log, memcheck.log, racecheck.log,
-# bench.log, kernel_h200.json, kernel_h200.png, summary.txt. Exit status: non-zero if any step failed.
+#   --lib PATH       use a libflashmask.so built elsewhere (e.g. by tests/test_cuda_build.py for
+#                    sm_80 + sm_90) instead of building
+# Environment: ARCHS=90 CUDA archs to build; JOBS=16 build parallelism; PYTEST_WORKERS=12 (used when
+#   pytest-xdist is installed); FLASHMASK_COMMIT=<sha> the commit to record where there is no .git;
+#   OUT=DIR where the outputs go (default ./gpu_check_out).
+# Outputs under $OUT: build.log, tests.log, memcheck.log, racecheck.log, bench.log,
+#   kernel_h200.json, kernel_h200.png (with --bench), and summary.txt (one line per step: name, exit
+#   status, seconds, last log line; device, torch and commit at the top).
+# Exit status: non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_check_out}

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "gpu")]
+sys.path.insert(0, str(REPO))
 
-from gpu_harness import FORMS, Case, case_str, check, fuzz_bounds  # noqa: E402
+from flashmask_paddle.testing.cases import FORMS, Case, random_bounds  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check  # noqa: E402
 
 
 def cases():
@@ -30,12 +31,12 @@ def cases():
     for i, form in enumerate(FORMS):
         b, sq, sk, hq, hk, hm, d, dt = shapes[i % len(shapes)]
         yield Case(batch=b, seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_k=hk, head_dim=d, dtype=dt,
-                   causal=form[0], indices=fuzz_bounds(rng, form, b, hm, sq, sk), seed=i,
+                   causal=form[0], indices=random_bounds(rng, form, b, hm, sq, sk), seed=i,
                    deterministic=(i % 2 == 1))
-    dead = fuzz_bounds(rng, (False, 4), 1, 1, 150, 150)
+    dead = random_bounds(rng, (False, 4), 1, 1, 150, 150)
     dead[..., 0], dead[..., 1] = 30, 100  # rows [30, 100) see nothing
-    yield Case(batch=1, seqlen_q=150, seqlen_k=150, heads_q=2, heads_k=2, head_dim=128, causal=False,
-               indices=dead, seed=99)
+    yield Case(batch=1, seqlen_q=150, seqlen_k=150, heads_q=2, heads_k=2, head_dim=128, dtype="bf16",
+               causal=False, indices=dead, seed=99)
 
 
 def main() -> int:
@@ -49,7 +50,7 @@ def main() -> int:
             return 1
         n += 1
         worst = max(err[k] for k in ("out", "dq", "dk", "dv"))
-        print(f"sanitize_case: ok {case_str(case)} worst rel err {worst:.2e} ({time.time() - t0:.1f}s)", flush=True)
+        print(f"sanitize_case: ok {case} worst rel err {worst:.2e} ({time.time() - t0:.1f}s)", flush=True)
     print(f"sanitize_case: {n} cases OK", flush=True)
     return 0
 

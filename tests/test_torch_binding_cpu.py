@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_harness import FORMS, Case, check, form_id, fuzz_bounds  # noqa: E402
+from flashmask_paddle.testing.cases import FORMS, Case, form_id, random_bounds  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check  # noqa: E402
 
 SEED = int(os.environ.get("FLASHMASK_TEST_SEED") or random.randrange(1 << 30))
 
@@ -22,7 +23,7 @@ def test_cpu_binding_matches_reference(form, dtype):
     rng = np.random.default_rng(SEED)
     sq, sk = 37, 53
     check(Case(batch=2, seqlen_q=sq, seqlen_k=sk, heads_q=4, heads_k=2, head_dim=32, dtype=dtype,
-               causal=form[0], indices=fuzz_bounds(rng, form, 2, 2, sq, sk), seed=SEED), device="cpu")
+               causal=form[0], indices=random_bounds(rng, form, 2, 2, sq, sk), seed=SEED), device="cpu")
 
 
 def test_cpu_binding_returns_lse_shape_and_dtype():

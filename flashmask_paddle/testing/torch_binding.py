@@ -1,0 +1,66 @@
+"""A case through the torch binding (``flashmask_paddle.torch``) with NaN-poisoned outputs,
+checked norm-wise against the fp64 reference. Needs torch (CUDA or CPU tensors)."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+
+from ..torch import flashmask_attention, set_output_allocator
+from .cases import Case
+from .tolerance import compare, failures, reference
+
+
+def poisoned(shape, dtype, device):
+    """Allocator for outputs/workspace: NaN floats, 0xFF bytes, so unwritten elements show."""
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.full(shape, 0xFF if dtype == torch.uint8 else -1, dtype=dtype, device=device)
+
+
+@contextlib.contextmanager
+def poisoned_outputs():
+    old = set_output_allocator(poisoned)
+    try:
+        yield
+    finally:
+        set_output_allocator(old)
+
+
+def make_inputs(case: Case, device="cuda"):
+    g = torch.Generator(device="cpu").manual_seed(case.seed)
+    dt = getattr(torch, case.dtype)
+
+    def rnd(s, h):
+        return torch.randn(case.batch, s, h, case.head_dim, generator=g).to(dt).to(device)
+
+    q, k, v = rnd(case.seqlen_q, case.heads_q), rnd(case.seqlen_k, case.heads_k), rnd(case.seqlen_k, case.heads_k)
+    dout = rnd(case.seqlen_q, case.heads_q)
+    return q, k, v, dout
+
+
+def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda"):
+    """One forward + backward through the public binding with poisoned outputs.
+    Returns float64 numpy (out, lse, dq, dk, dv)."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    idx = None if indices is None else torch.from_numpy(np.ascontiguousarray(indices)).to(device)
+    with poisoned_outputs():
+        out, lse = flashmask_attention(q, k, v, idx, causal=case.causal, softmax_scale=case.softmax_scale,
+                                       return_softmax_lse=True, deterministic=case.deterministic)
+        out.backward(dout)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return tuple(t.detach().double().cpu().numpy() for t in (out, lse, q.grad, k.grad, v.grad))
+
+
+def check(case: Case, device="cuda") -> dict:
+    """Runs `case` and returns its error dict; raises AssertionError naming what is off."""
+    indices = case.bounds(np.random.default_rng(case.seed))
+    q, k, v, dout = make_inputs(case, device)
+    got = run_flashmask(case, q, k, v, dout, indices, device)
+    q64, k64, v64, do64 = (t.double().cpu().numpy() for t in (q, k, v, dout))
+    err = compare(got, reference(case, q64, k64, v64, do64, indices, saved_out=got[0]))
+    bad = failures(err)
+    assert not bad, f"{case}: {', '.join(bad)}"
+    return err
