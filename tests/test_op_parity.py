@@ -6,7 +6,15 @@ import numpy as np
 import paddle
 import pytest
 
-from flashmask_op_cases import FORMS, TOL, TOL_GRAD, Case, assert_close, assert_lse, random_bounds
+from flashmask_paddle.testing import cases
+from flashmask_paddle.testing.cases import FORMS, Case
+from flashmask_paddle.testing.tolerance import TOL, TOL_GRAD, assert_close, assert_lse
+
+
+def random_bounds(rng, case: Case):
+    """Random valid bounds for the case's (causal, C), mask heads and shape."""
+    return cases.random_bounds(rng, (case.causal, case.columns), case.batch, case.hm(), case.seqlen_q,
+                               case.seqlen_k, masked_rows=case.masked_rows)
 from flashmask_paddle import flashmask_attention
 from flashmask_paddle.reference import attention_backward, attention_forward, visible_pairs
 from philox_numpy import keep_mask, philox4x32_10

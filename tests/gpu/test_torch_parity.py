@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_harness import compare, failures, fuzz_bounds  # noqa: E402
+from flashmask_paddle.testing.cases import random_bounds as fuzz_bounds  # noqa: E402
+from flashmask_paddle.testing.tolerance import compare, failures  # noqa: E402
 
 from flashmask_paddle import reference  # noqa: E402
 from flashmask_paddle.torch import flashmask_attention  # noqa: E402
