@@ -186,7 +186,8 @@ def row_intervals(torch, bounds, causal: bool, seqlen_q: int, seqlen_k: int, row
     out = torch.full((batch, seqlen_q, 2 * most + 1), seqlen_k, dtype=torch.int32, device=lts.device)
     out[..., 0] = 0
     for r0, r1, key, rank, c in chunks:
-        part = out[:, r0:r1].reshape(-1, 2 * most + 1)
+        part = torch.full((batch * (r1 - r0), 2 * most + 1), seqlen_k, dtype=torch.int32, device=lts.device)
+        part[:, 0] = 0
         part[key, rank + 1] = c
         out[:, r0:r1] = part.view(batch, r1 - r0, -1)
     first_start, first_end = out[..., 1], out[..., 2]
