@@ -1,6 +1,6 @@
 """End-to-end training throughput on the H200: packed FlashMask vs dense-mask SDPA vs FlexAttention.
 
-Paddle cannot run on the H200 (DESIGN.md §4), so this is plain PyTorch: a Llama-2-7B-shaped decoder
+No Paddle GPU wheel runs on the H200 (docs/ARCHITECTURE.md), so this is plain PyTorch: a Llama-2-7B-shaped decoder
 stack (hidden 4096, 32 heads of 128, SwiGLU 11008, RMSNorm, RoPE, bf16, AdamW), written here, trains
 on rows packed from REAL document lengths (GSM8K and hh-rlhf token counts, committed in
 benchmarks/data/doc_lengths.json, so the GPU needs no tokenizer). Every row is a causal-document
@@ -12,12 +12,12 @@ segment (its labels are ignored), so all three attentions compute the same funct
   dense      torch SDPA with an explicit [B,1,S,S] bool mask (broadcast over heads), the fastest of
              the masked backends (cuDNN, memory-efficient) picked by the attention-alone timing
   flex       torch.compile(flex_attention, dynamic=False) with a block mask built from the same
-             document ids (create_block_mask timed apart, DESIGN.md §7), cached per batch
+             document ids (create_block_mask timed apart, benchmarks/README.md), cached per batch
 
 Reported per (sequence length, attention): tokens/s over real tokens (padding excluded), median
 step time, the share of the step spent in attention (attention fwd+bwd timed alone on the same
 shapes and masks, times the layer count, over the step time), peak device memory, mask bytes, first
-loss (the three must agree), and attention TFLOP/s over exactly the unmasked pairs (DESIGN.md §7).
+loss (the three must agree), and attention TFLOP/s over exactly the unmasked pairs (benchmarks/README.md).
 Then flashmask and Flex head to head (head_to_head()): alternating step by step in one training
 run, ABBA order, so that drift falls on both; the bar's "not slower than Flex" reads its median
 paired ratio.
@@ -280,7 +280,7 @@ class FlexAttention:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         import torch._dynamo
         # one compiled kernel serves every batch (block masks are inputs); the raised limits keep
-        # dynamo from falling back to an eager N^2 path after a few masks (DESIGN.md §7)
+        # dynamo from falling back to an eager N^2 path after a few masks
         for knob in ("cache_size_limit", "accumulated_cache_size_limit", "recompile_limit",
                      "accumulated_recompile_limit"):
             try:
@@ -506,7 +506,7 @@ def run_seqlen(torch, shape, plan, seqlen, lengths, device, dtype, impls, model,
         "tile_density_128": statistics.mean(b["density"] for b in batches),
         "visible_pairs_per_row_head": pairs, "impls": {},
     }
-    attn_flop_fwd = 4 * shape.head_dim * pairs * rows * shape.heads  # DESIGN.md §7
+    attn_flop_fwd = 4 * shape.head_dim * pairs * rows * shape.heads  # benchmarks/README.md: visible pairs only
     burn_in(torch, model, init_state, impls, batches, plan.burn_in)
     ref_out = None
     for impl in impls:
@@ -589,7 +589,7 @@ def seq_label(seqlen: int) -> str:
 
 
 def progress_bar(desc, total):
-    """A tqdm bar on a terminal; nothing in logs (the device tool returns only the log's tail)."""
+    """A tqdm bar on a terminal; nothing in logs (a log keeps only the results, not the progress redraws)."""
     if not sys.stderr.isatty():
         return lambda done, total: None
     try:

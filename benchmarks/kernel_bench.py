@@ -6,7 +6,7 @@ cuDNN and FlashAttention-2 (torch SDPA backends, only where they can express the
     python3 benchmarks/kernel_bench.py --seqlens 8192 32768 131072 --head-dims 64 128 --dtypes bf16 fp16 \\
         --heads-k 16 4
 
-Method (DESIGN.md §7): B·S = --tokens (32K) tokens (B = 1 from 32K up), Hq = --heads (16); per row
+Method (benchmarks/README.md): B·S = --tokens (32K) tokens (B = 1 from 32K up), Hq = --heads (16); per row
 of the matrix the same random inputs for every implementation; forward and backward timed
 separately with CUDA events around each of --reps calls queued back to back (GPU time per call; the
 host's launch overhead is hidden, as with triton's do_bench; the end-to-end benchmark keeps it),

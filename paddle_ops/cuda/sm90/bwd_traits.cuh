@@ -17,7 +17,7 @@
 //    its partial (64 x D) to the workspace. D = 128 (kDsExchange): dQ over all 128 keys and half of
 //    the columns, so dS is exchanged through shared memory (a barrier of both warpgroups per step)
 //    but each step adds 64 x 128 fp32 to the workspace once, not twice. Measured on the H200
-//    (bwd_notes.md): private dQ partials gain 7-9% at D=64 and lose 2-6% at D=128 on dense rows.
+//    (DESIGN_backward.md): private dQ partials gain 7-9% at D=64 and lose 2-6% at D=128 on dense rows.
 //    dQ leaves through shared memory by one bulk reduce-add per warpgroup and step.
 //    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
@@ -66,7 +66,7 @@ struct BwdTraits {
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // One CTA per SM (194 KB of smem at D=128, 130 KB at 64, 226 KB at 256). A 64-key,
-  // one-warpgroup variant with two CTAs per SM was slower on every mask measured (bwd_notes.md).
+  // one-warpgroup variant with two CTAs per SM was slower on every mask measured (DESIGN_backward.md).
   static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;

@@ -3,7 +3,7 @@
 // A key column j carries at most two masked row intervals, normalised here to four bounds:
 //   lower interval [lts, lte)  and  upper interval [uts, ute).
 // The user-facing `startend_row_indices[b, h, j, :]` has C in {1, 2, 4} columns whose meaning
-// depends on `causal` (DESIGN.md §2). `load_column_bounds` maps every form onto the four bounds,
+// depends on `causal` (docs/MASKS_AND_API.md). `load_column_bounds` maps every form onto the four bounds,
 // using the empty intervals [Sq, Sq) and [0, 0) for the ones a form does not carry, so kernels
 // never branch on the form inside their loops.
 #pragma once
