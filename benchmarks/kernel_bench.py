@@ -1,5 +1,8 @@
-"""Kernel benchmark on one GPU: FlashMask (ours, via flashmask_paddle.torch) vs FlexAttention vs
-cuDNN and FlashAttention-2 (torch SDPA backends, only where they can express the mask).
+"""Kernel benchmark on one GPU: FlashMask (ours, via flashmask_paddle.torch) vs the strongest peers
+(IMPLS): cuDNN-frontend's interval-mask flex_attention, FlashAttention-4 varlen (document masks),
+FlexAttention on FlashAttention-4 and on Triton, cuDNN and FlashAttention-2 (torch SDPA backends,
+only where they can express the mask). Peers' mask plans / block masks are built once per mask
+and reported apart (mask_plan_ms, block_mask_ms); --variant times ours under other kernel switches.
 
     python3 benchmarks/kernel_bench.py                                   # 8K + 32K, D=128, bf16, all masks
     python3 benchmarks/kernel_bench.py --seqlens 8192 --masks causal causal_document --impls flashmask flex
@@ -25,7 +28,8 @@ Masks (documents drawn with lengths uniform in [S/32, S/4], seeded): causal, sli
 (causal, window S/8: 1K at 8K), causal_document, document, share_question (each document: first
 third prompt, then two answers), global_sliding_window (64 global tokens + bidirectional window
 S/16 each side), prefix_lm_causal (first half bidirectional), prefix_lm_document (each document's
-first half bidirectional), full.
+first half bidirectional), short_documents (causal documents of lognormal lengths around 350
+tokens, SFT-like), full.
 
 Writes --json (rows + meta: command, commit, torch, device, date) and --png (bar chart).
 Importable without torch or a GPU (the mask construction is numpy).
