@@ -141,21 +141,27 @@ def four_bounds(torch, indices, causal: bool, seqlen_q: int):
     return [t.contiguous() for t in (lts, lte, uts, ute)]
 
 
+def visible_rows(torch, bounds, causal: bool, r0: int, r1: int, seqlen_q: int, seqlen_k: int):
+    """bool [B, r1 - r0, Sk]: which keys query rows r0 .. r1-1 see (the dense rule)."""
+    lts, lte, uts, ute = bounds
+    q = torch.arange(r0, r1, device=lts.device)[None, :, None]
+    vis = ~((q >= lts[:, None]) & (q < lte[:, None]) | (q >= uts[:, None]) & (q < ute[:, None]))
+    if causal:
+        vis &= torch.arange(seqlen_k, device=lts.device)[None, None, :] <= q + (seqlen_k - seqlen_q)
+    return vis
+
+
 def count_pairs_and_tiles(torch, bounds, causal: bool, seqlen_q: int, seqlen_k: int, rows: int = 1024):
     """(visible pairs summed over batch, fraction of 128x128 tiles with a visible pair)."""
     lts, lte, uts, ute = bounds
     batch = lts.shape[0]
     nk = -(-seqlen_k // TILE)
     pad = nk * TILE - seqlen_k
-    cols = torch.arange(seqlen_k, device=lts.device)
     pairs = torch.zeros((), dtype=torch.int64, device=lts.device)
     tiles = torch.zeros((), dtype=torch.int64, device=lts.device)
     for r0 in range(0, seqlen_q, rows):
         r1 = min(seqlen_q, r0 + rows)
-        q = torch.arange(r0, r1, device=lts.device)[None, :, None]
-        vis = ~((q >= lts[:, None]) & (q < lte[:, None]) | (q >= uts[:, None]) & (q < ute[:, None]))
-        if causal:
-            vis &= cols[None, None, :] <= q + (seqlen_k - seqlen_q)
+        vis = visible_rows(torch, bounds, causal, r0, r1, seqlen_q, seqlen_k)
         pairs += vis.sum()
         nq = -(-(r1 - r0) // TILE)
         vis = torch.nn.functional.pad(vis, (0, pad, 0, nq * TILE - (r1 - r0)))
@@ -172,14 +178,10 @@ def row_intervals(torch, bounds, causal: bool, seqlen_q: int, seqlen_k: int, row
     at a time, on the bounds' device."""
     lts, lte, uts, ute = bounds
     batch = lts.shape[0]
-    cols = torch.arange(seqlen_k, device=lts.device)
     chunks, most = [], 1
     for r0 in range(0, seqlen_q, rows):
         r1 = min(seqlen_q, r0 + rows)
-        q = torch.arange(r0, r1, device=lts.device)[None, :, None]
-        vis = ~((q >= lts[:, None]) & (q < lte[:, None]) | (q >= uts[:, None]) & (q < ute[:, None]))
-        if causal:
-            vis &= cols[None, None, :] <= q + (seqlen_k - seqlen_q)
+        vis = visible_rows(torch, bounds, causal, r0, r1, seqlen_q, seqlen_k)
         edges = torch.nn.functional.pad(vis.to(torch.int8), (1, 1)).diff(dim=-1)  # +-1 where a run starts/ends
         b, r, c = torch.nonzero(edges, as_tuple=True)  # row-major: each row's edges ascending
         key = b * (r1 - r0) + r
