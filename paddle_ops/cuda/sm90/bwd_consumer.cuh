@@ -111,11 +111,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
 
   // This warpgroup's dQ chunks leave through shared memory where it has room (kDqViaSmem): stored
-  // in the dq_accum layout, then added to the fp32 workspace by one bulk reduce-add that thread 0
-  // issues, so no consumer waits on atomics draining (at 8K causal, D=128, 12.5% of the stall
+  // in the dq_accum layout, then added to the fp32 workspace by the dQ writer warp's bulk
+  // reduce-add, so no consumer waits on atomics draining (at 8K causal, D=128, 12.5% of the stall
   // samples sat on the float4 atomics' registers at the top of the next step). Else float4 atomics
   // in the same layout.
-  constexpr int kWGDqFloats = kBlockM * Traits::kWGDqCols;
   float* sdq = dq_buffer<Traits>(smem, wg);
   auto add_dq = [&](float* dst, int c, auto const& acc_dq) {
     static_assert(decltype(size(acc_dq))::value % 4 == 0);
@@ -217,8 +216,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         }
       }
       cutlass::arch::fence_view_async_shared();
-      // The previous step's dQ reduce has read sdq; the barrier tells the whole warpgroup.
-      if (Traits::kDqViaSmem && !kDqUnderDk && tidx == 0) cute::tma_store_wait<0>();
       if constexpr (Traits::kDsExchange) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
       else cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
       if constexpr (kDqUnderDk) {
@@ -241,6 +238,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         warpgroup_fence_operand(acc_dk);
         pipeline_q.consumer_release(read);  // dK was this Q stage's last reader
       } else {
+        // D = 256: no shared memory left for dQ, float4 atomics from registers.
+        static_assert(!Traits::kDqViaSmem, "one dQ chunk through shared memory always goes under dK");
         float* dq_tile = dq_workspace_tile<Traits>(p, ws, b, head_q, m, dq_col_slice);
         // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
         CUTLASS_PRAGMA_UNROLL
@@ -256,15 +255,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
             pipeline_do.consumer_release(read);
           }
           // Rows past Sq exist in the workspace (padded), so whole chunks are added.
-          add_dq(Traits::kDqViaSmem ? sdq : dq_tile, c, acc_dq);
-        }
-        if constexpr (Traits::kDqViaSmem) {
-          cutlass::arch::fence_view_async_shared();
-          cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);
-          if (tidx == 0) {
-            bulk_reduce_add_s2g(dq_tile, sdq, kWGDqFloats * sizeof(float));
-            cute::tma_store_arrive();
-          }
+          add_dq(dq_tile, c, acc_dq);
         }
       }
     } else {
@@ -280,9 +271,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     else visit(head_q, m, cute::false_type{});
   });
 
-  if constexpr (kWriteDq && Traits::kDqViaSmem && !kDqUnderDk) {
-    if (tidx == 0) cute::tma_store_wait<0>();  // sdq must outlive the last reduce's read
-  }
   store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, col_slice * kWGCols, head_k, b);
 }
 
