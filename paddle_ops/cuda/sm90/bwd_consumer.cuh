@@ -11,6 +11,7 @@
 
 #include "flashmask/mask.h"
 #include "../utils.cuh"
+#include "bwd_barriers.cuh"
 #include "bwd_dq_writer.cuh"
 #include "bwd_epilogue.cuh"
 #include "bwd_params.cuh"
@@ -21,11 +22,6 @@
 
 namespace flashmask {
 namespace sm90 {
-
-// Named barriers: dS of both warpgroups is in shared memory (kDsExchange); one warpgroup's stores
-// to shared memory (its dS, its dQ) are all done (that warpgroup, ids 2 and 3).
-constexpr uint32_t kBarrierDsReady = 1;
-constexpr uint32_t kBarrierWarpgroup = 2;
 
 // Where value i of a consumer thread's accumulator of dQ column chunk `chunk` lives in the
 // dq_accum tile of its query block (and in its shared-memory image): each chunk is a contiguous
@@ -271,7 +267,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     else visit(head_q, m, cute::false_type{});
   });
 
-  store_dkdv<Traits>(p, acc_dk, acc_dv, thr_dkv, key0, col_slice * kWGCols, head_k, b);
+  store_dkdv<Traits>(kp, smem, acc_dk, acc_dv, mma_dkv, tidx, key_slice, col_slice, n_block, head_k, b);
 }
 
 }  // namespace sm90

@@ -8,17 +8,13 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include "bwd_barriers.cuh"
 #include "bwd_params.cuh"
 #include "bwd_tiles.cuh"
 #include "copy.cuh"
 
 namespace flashmask {
 namespace sm90 {
-
-// Named barriers between a consumer warpgroup (128 threads) and the writer warp (32).
-constexpr uint32_t kBarrierDqEmpty = 4;  // + w: w may write its dQ buffer
-constexpr uint32_t kBarrierDqFull = 6;   // + w: w's dQ buffer holds this step's partial
-constexpr int kDqHandshakeThreads = 128 + 32;
 
 template <class Traits>
 __device__ __forceinline__ float* dq_buffer(typename Traits::SharedStorage& smem, int wg) {

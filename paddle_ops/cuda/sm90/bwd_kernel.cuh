@@ -32,6 +32,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_dk.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_dv.get_tma_descriptor());
     smem.barrier_kv.init(1);
   }
   // Q and dO tiles are the same size.

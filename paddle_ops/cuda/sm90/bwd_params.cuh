@@ -15,6 +15,8 @@ struct BwdKernelParams {
   typename Traits::TmaQ tma_do;
   typename Traits::TmaK tma_k;
   typename Traits::TmaK tma_v;
+  typename Traits::TmaStoreK tma_dk;
+  typename Traits::TmaStoreK tma_dv;
   BwdParams p;
   bwd::Workspace ws;
   float scale_log2;  // softmax_scale * log2(e)

@@ -123,6 +123,14 @@ struct BwdTraits {
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
                                       Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  // dK and dV leave through the K and V tiles' shared memory (free once every wgmma has retired):
+  // stmatrix from the accumulators, then one TMA store each, which also clips keys past Sk.
+  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                             Shape<int32_t, int32_t, int32_t, int32_t>{},
+                                             Stride<int64_t, _1, int64_t, int64_t>{}));
+  using TmaStoreK = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutK{},
+                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using SmemCopyAtomdKV = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
