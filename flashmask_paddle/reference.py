@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["visible_pairs", "attention_forward", "attention_backward"]
+__all__ = ["visible_pairs", "attention_forward", "attention_backward", "gradient_magnitudes"]
 
 
 def visible_pairs(startend_row_indices, causal: bool, seqlen_q: int, seqlen_k: int | None = None):
@@ -60,7 +60,7 @@ def _scores(q, k, visible, scale):
     """Masked scaled scores ``[B, Hq, Sq, Sk]`` in float64 (masked entries -inf)."""
     heads_q, heads_k = q.shape[2], k.shape[2]
     k = np.repeat(k.astype(np.float64), heads_q // heads_k, axis=2)
-    s = np.einsum("bihd,bjhd->bhij", q.astype(np.float64), k) * scale
+    s = _heads_first(q) @ _heads_first(k).swapaxes(-1, -2) * scale
     return np.where(_expand(visible, q.shape[0], heads_q), s, -np.inf)
 
 
@@ -77,7 +77,7 @@ def attention_forward(q, k, v, visible, softmax_scale: float | None = None, drop
     if dropout_scale is not None:
         p = p * dropout_scale
     v = np.repeat(v.astype(np.float64), q.shape[2] // v.shape[2], axis=2)
-    out = np.einsum("bhij,bjhd->bihd", p, v)
+    out = _seq_first(p @ _heads_first(v))
     return out, lse
 
 
@@ -102,20 +102,59 @@ def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = Non
     v64 = np.repeat(v.astype(np.float64), group, axis=2)
     do = dout.astype(np.float64)
     z = 1.0 if dropout_scale is None else dropout_scale
-    dv_full = np.einsum("bhij,bihd->bjhd", p * z, do)
-    dp = np.einsum("bihd,bjhd->bhij", do, v64) * z  # gradient w.r.t. the undropped P
+    do_h = _heads_first(do)
+    dv_full = _seq_first((p * z).swapaxes(-1, -2) @ do_h)
+    dp = (do_h @ _heads_first(v64).swapaxes(-1, -2)) * z  # gradient w.r.t. the undropped P
     if out is None:
         rowsum = np.sum(dp * p, axis=-1, keepdims=True)
     else:  # [B, Sq, Hq, D] -> [B, Hq, Sq, 1]
-        rowsum = np.einsum("bihd,bihd->bhi", do, np.asarray(out, dtype=np.float64))[..., None]
+        rowsum = _heads_first(np.sum(do * np.asarray(out, dtype=np.float64), axis=-1))[..., None]
     ds = p * (dp - rowsum) * scale
-    dq = np.einsum("bhij,bjhd->bihd", ds, k64)
-    dk_full = np.einsum("bhij,bihd->bjhd", ds, q.astype(np.float64))
+    dq = _seq_first(ds @ _heads_first(k64))
+    dk_full = _seq_first(ds.swapaxes(-1, -2) @ _heads_first(q.astype(np.float64)))
 
     def reduce_group(t):  # [B, Sk, Hq, D] -> [B, Sk, Hk, D]
         return t.reshape(t.shape[0], t.shape[1], heads_k, group, t.shape[3]).sum(axis=3)
 
     return dq, reduce_group(dk_full), reduce_group(dv_full)
+
+
+def gradient_magnitudes(q, k, v, visible, dout, softmax_scale: float | None = None, out=None):
+    """Cancellation-free sizes ``(dq_mag, dk_mag)`` of dQ and dK (float64, their shapes): the
+    backward's formulas with ``|dP| + |D|`` in place of ``dP - D`` and ``|K|``, ``|Q|`` in place of K, Q.
+
+    They bound what the rounding of ``dS = P (dP - D)`` can amount to. Where the softmax saturates
+    (a row whose weight sits on one key), ``dP - D`` cancels and the exact dQ / dK are orders of
+    magnitude below these sizes (and below any float32 evaluation's rounding of them), so an error
+    stated relative to the exact gradient alone would measure that rounding, not the kernel.
+    ``out`` as in :func:`attention_backward`.
+    """
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    heads_q, heads_k = q.shape[2], k.shape[2]
+    group = heads_q // heads_k
+    s = _scores(q, k, visible, scale)
+    lse = _logsumexp(s)
+    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])
+    do_h = _heads_first(dout)
+    dp = do_h @ _heads_first(np.repeat(np.asarray(v, dtype=np.float64), group, axis=2)).swapaxes(-1, -2)
+    o = attention_forward(q, k, v, visible, softmax_scale)[0] if out is None else out
+    d = np.abs(_heads_first(np.sum(np.asarray(dout, dtype=np.float64) * np.asarray(o, dtype=np.float64), axis=-1)))
+    ds_mag = p * (np.abs(dp) + d[..., None]) * abs(scale)
+    k_abs = np.abs(_heads_first(np.repeat(np.asarray(k, dtype=np.float64), group, axis=2)))
+    dq_mag = _seq_first(ds_mag @ k_abs)
+    dk_full = _seq_first(ds_mag.swapaxes(-1, -2) @ np.abs(_heads_first(q)))
+    dk_mag = dk_full.reshape(dk_full.shape[0], dk_full.shape[1], heads_k, group, dk_full.shape[3]).sum(axis=3)
+    return dq_mag, dk_mag
+
+
+def _heads_first(t):
+    """``[B, S, H, ...]`` -> ``[B, H, S, ...]`` (batched matmuls run on BLAS; einsum would not)."""
+    return np.asarray(t, dtype=np.float64).swapaxes(1, 2)
+
+
+def _seq_first(t):
+    """``[B, H, S, D]`` -> ``[B, S, H, D]``."""
+    return t.swapaxes(1, 2)
 
 
 def _logsumexp(s):

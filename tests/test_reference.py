@@ -147,3 +147,58 @@ def test_backward_with_exact_saved_output_equals_default():
     for a, b in zip(reference.attention_backward(q, k, v, visible, dout, 0.4),
                     reference.attention_backward(q, k, v, visible, dout, 0.4, out=out)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@FAST
+@given(seed=st.integers(0, 2**31 - 1), form=st.sampled_from([(True, 1), (False, 2), (True, 4), (False, 0)]))
+def test_gradient_magnitudes_bound_the_gradients_elementwise(seed, form):
+    rng = np.random.default_rng(seed)
+    causal, c = form
+    q, k, v, do = (rng.standard_normal(s) for s in ((2, 13, 4, 8), (2, 17, 2, 8), (2, 17, 2, 8), (2, 13, 4, 8)))
+    idx = random_indices(rng, 2, 2, 13, 17, causal, c) if c else None
+    vis = reference.visible_pairs(idx, causal, 13, 17)
+    dq, dk, _ = reference.attention_backward(q, k, v, vis, do, 0.7)
+    dq_mag, dk_mag = reference.gradient_magnitudes(q, k, v, vis, do, 0.7)
+    assert dq_mag.shape == dq.shape and dk_mag.shape == dk.shape
+    assert (np.abs(dq) <= dq_mag * (1 + 1e-12) + 1e-15).all()
+    assert (np.abs(dk) <= dk_mag * (1 + 1e-12) + 1e-15).all()
+
+
+def test_saturated_softmax_rows_have_gradients_far_below_their_magnitudes():
+    # Every row's weight on one key (scores ~ +-40 apart): dP - D cancels, dQ is ~0 while the
+    # terms it cancels are O(1); the norm-wise check must measure errors against the terms.
+    from flashmask_paddle.testing.tolerance import GRAD_FLOOR, REL_TOL, compare
+    rng = np.random.default_rng(0)
+    k = np.zeros((1, 2, 1, 8))
+    k[0, 0, 0, 0], k[0, 1, 0, 0] = 8.0, -8.0
+    q = np.zeros((1, 3, 1, 8))
+    q[0, :, 0, 0] = 5.0
+    v, do = rng.standard_normal((1, 2, 1, 8)), rng.standard_normal((1, 3, 1, 8))
+    vis = reference.visible_pairs(None, False, 3, 2)
+    out, lse = reference.attention_forward(q, k, v, vis, 1.0)
+    dq, dk, dv = reference.attention_backward(q, k, v, vis, do, 1.0)
+    mags = reference.gradient_magnitudes(q, k, v, vis, do, 1.0)
+    assert np.linalg.norm(dq) < 1e-12 * np.linalg.norm(mags[0])
+    want = (out, lse, dq, dk, dv)
+    # float32-sized rounding of the cancelled terms: meaningless relative to the exact dQ, fine
+    # relative to the terms.
+    noisy = (out, lse, dq + 1e-7 * mags[0], dk + 1e-7 * mags[1], dv)
+    assert compare(noisy, want)["dq"] > REL_TOL
+    assert compare(noisy, want, mags)["dq"] <= REL_TOL and compare(noisy, want, mags)["dk"] <= REL_TOL
+    # A real error (a tenth of the terms) still fails.
+    wrong = (out, lse, dq + 0.1 * mags[0], dk, dv)
+    assert compare(wrong, want, mags)["dq"] > REL_TOL
+    assert GRAD_FLOOR * REL_TOL < 0.1
+
+
+def test_the_floor_leaves_ordinary_rows_judged_by_their_exact_gradient():
+    from flashmask_paddle.testing.tolerance import compare
+    rng = np.random.default_rng(1)
+    q, k, v, do = (rng.standard_normal(s) for s in ((1, 9, 2, 8), (1, 11, 2, 8), (1, 11, 2, 8), (1, 9, 2, 8)))
+    vis = reference.visible_pairs(None, True, 9, 11)
+    out, lse = reference.attention_forward(q, k, v, vis, 0.35)
+    dq, dk, dv = reference.attention_backward(q, k, v, vis, do, 0.35)
+    mags = reference.gradient_magnitudes(q, k, v, vis, do, 0.35)
+    off = (out, lse, dq * 1.02, dk * 1.02, dv)  # 2% off: over REL_TOL with or without the floor
+    assert compare(off, (out, lse, dq, dk, dv), mags)["dq"] == pytest.approx(0.02)
+    assert compare(off, (out, lse, dq, dk, dv), mags)["dk"] == pytest.approx(0.02)

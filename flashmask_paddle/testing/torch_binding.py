@@ -9,7 +9,7 @@ import torch
 
 from ..torch import flashmask_attention, set_output_allocator
 from .cases import Case
-from .tolerance import compare, failures, reference
+from .tolerance import compare, failures, reference, reference_magnitudes
 
 
 def poisoned(shape, dtype, device):
@@ -60,7 +60,8 @@ def check(case: Case, device="cuda") -> dict:
     q, k, v, dout = make_inputs(case, device)
     got = run_flashmask(case, q, k, v, dout, indices, device)
     q64, k64, v64, do64 = (t.double().cpu().numpy() for t in (q, k, v, dout))
-    err = compare(got, reference(case, q64, k64, v64, do64, indices, saved_out=got[0]))
+    err = compare(got, reference(case, q64, k64, v64, do64, indices, saved_out=got[0]),
+                  reference_magnitudes(case, q64, k64, v64, do64, indices, saved_out=got[0]))
     bad = failures(err)
     assert not bad, f"{case}: {', '.join(bad)}"
     return err
