@@ -2,6 +2,8 @@
 reported with a seed that replays exactly it."""
 from __future__ import annotations
 
+import json
+
 from flashmask_paddle import fuzz
 from flashmask_paddle.testing.cases import FORMS
 
@@ -28,3 +30,12 @@ def test_fuzz_reports_failures_with_replay_seeds(monkeypatch, capsys):
     assert replay and "--replay" in replay[0]
     seeds = [int(s) for s in replay[0].split("--replay", 1)[1].split()]
     assert seeds and all(fuzz.case_for(s, "cpu", 150).causal for s in seeds)
+
+
+def test_fuzz_splits_cases_over_processes_and_records_the_run(tmp_path):
+    out = tmp_path / "fuzz.json"
+    assert fuzz.main(["--cases", "12", "--device", "cpu", "--seed", "3", "--jobs", "2", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["cases"] == 12 and record["failed"] == 0 and record["failures"] == []
+    assert record["command"].endswith("--jobs 2 --json " + str(out))
+    assert {"commit", "device", "date"} <= record.keys()
