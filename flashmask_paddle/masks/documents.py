@@ -13,19 +13,18 @@ __all__ = ["causal_document", "document", "share_question", "causal_blockwise", 
 def causal_document(doc_lens) -> ColumnMask:
     """Causal attention inside each document, none across: C=1, causal. ``LTS`` = document end.
 
-    >>> causal_document([4, 3, 3]).indices[0, 0, :, 0].tolist()
-    [4, 4, 4, 4, 7, 7, 7, 10, 10, 10]
-    >>> print(picture(causal_document([4, 3, 3])))
-    ■ · · · · · · · · ·
-    ■ ■ · · · · · · · ·
-    ■ ■ ■ · · · · · · ·
-    ■ ■ ■ ■ · · · · · ·
-    · · · · ■ · · · · ·
-    · · · · ■ ■ · · · ·
-    · · · · ■ ■ ■ · · ·
-    · · · · · · · ■ · ·
-    · · · · · · · ■ ■ ·
-    · · · · · · · ■ ■ ■
+    >>> causal_document([3, 4, 2]).indices[0, 0, :, 0].tolist()
+    [3, 3, 3, 7, 7, 7, 7, 9, 9]
+    >>> print(picture(causal_document([3, 4, 2])))
+    ■ · · · · · · · ·
+    ■ ■ · · · · · · ·
+    ■ ■ ■ · · · · · ·
+    · · · ■ · · · · ·
+    · · · ■ ■ · · · ·
+    · · · ■ ■ ■ · · ·
+    · · · ■ ■ ■ ■ · ·
+    · · · · · · · ■ ·
+    · · · · · · · ■ ■
     """
     lens = check_lengths("doc_lens", doc_lens)
     return pack_documents([lens.tolist()], int(lens.sum()), causal=True)
@@ -35,19 +34,19 @@ def document(doc_lens) -> ColumnMask:
     """Bidirectional attention inside each document: C=2, non-causal. ``LTS`` = document end,
     ``UTE`` = document start.
 
-    >>> document([4, 3, 3]).indices[0, 0].T.tolist()
-    [[4, 4, 4, 4, 7, 7, 7, 10, 10, 10], [0, 0, 0, 0, 4, 4, 4, 7, 7, 7]]
-    >>> print(picture(document([4, 3, 3])))
-    ■ ■ ■ ■ · · · · · ·
-    ■ ■ ■ ■ · · · · · ·
-    ■ ■ ■ ■ · · · · · ·
-    ■ ■ ■ ■ · · · · · ·
-    · · · · ■ ■ ■ · · ·
-    · · · · ■ ■ ■ · · ·
-    · · · · ■ ■ ■ · · ·
-    · · · · · · · ■ ■ ■
-    · · · · · · · ■ ■ ■
-    · · · · · · · ■ ■ ■
+    >>> document([3, 5, 2]).indices[0, 0].T.tolist()
+    [[3, 3, 3, 8, 8, 8, 8, 8, 10, 10], [0, 0, 0, 3, 3, 3, 3, 3, 8, 8]]
+    >>> print(picture(document([3, 5, 2])))
+    ■ ■ ■ · · · · · · ·
+    ■ ■ ■ · · · · · · ·
+    ■ ■ ■ · · · · · · ·
+    · · · ■ ■ ■ ■ ■ · ·
+    · · · ■ ■ ■ ■ ■ · ·
+    · · · ■ ■ ■ ■ ■ · ·
+    · · · ■ ■ ■ ■ ■ · ·
+    · · · ■ ■ ■ ■ ■ · ·
+    · · · · · · · · ■ ■
+    · · · · · · · · ■ ■
     """
     lens = check_lengths("doc_lens", doc_lens)
     return pack_documents([lens.tolist()], int(lens.sum()), causal=False)
@@ -59,19 +58,17 @@ def share_question(question_len: int, answer_lens) -> ColumnMask:
     The question is causal; each answer sees the question and itself causally, not its siblings.
     ``LTS`` = end of the whole sequence on question columns, end of the answer on answer columns.
 
-    >>> share_question(4, [3, 3]).indices[0, 0, :, 0].tolist()
-    [10, 10, 10, 10, 7, 7, 7, 10, 10, 10]
-    >>> print(picture(share_question(4, [3, 3])))
-    ■ · · · · · · · · ·
-    ■ ■ · · · · · · · ·
-    ■ ■ ■ · · · · · · ·
-    ■ ■ ■ ■ · · · · · ·
-    ■ ■ ■ ■ ■ · · · · ·
-    ■ ■ ■ ■ ■ ■ · · · ·
-    ■ ■ ■ ■ ■ ■ ■ · · ·
-    ■ ■ ■ ■ · · · ■ · ·
-    ■ ■ ■ ■ · · · ■ ■ ·
-    ■ ■ ■ ■ · · · ■ ■ ■
+    >>> share_question(3, [3, 2]).indices[0, 0, :, 0].tolist()
+    [8, 8, 8, 6, 6, 6, 8, 8]
+    >>> print(picture(share_question(3, [3, 2])))
+    ■ · · · · · · ·
+    ■ ■ · · · · · ·
+    ■ ■ ■ · · · · ·
+    ■ ■ ■ ■ · · · ·
+    ■ ■ ■ ■ ■ · · ·
+    ■ ■ ■ ■ ■ ■ · ·
+    ■ ■ ■ · · · ■ ·
+    ■ ■ ■ · · · ■ ■
     """
     question_len = check_int("question_len", question_len, minimum=1)
     answers = check_lengths("answer_lens", answer_lens, allow_empty=True)
@@ -86,16 +83,16 @@ def causal_blockwise(block_lens) -> ColumnMask:
     ``[end of its block, start of the last block)`` (``LTS``, ``LTE``); empty intervals are
     written ``(S, S)`` as in Paddle's example.
 
-    >>> causal_blockwise([4, 3, 3]).indices[0, 0].T.tolist()
-    [[4, 4, 4, 4, 10, 10, 10, 10, 10, 10], [7, 7, 7, 7, 10, 10, 10, 10, 10, 10]]
-    >>> print(picture(causal_blockwise([4, 3, 3])))
+    >>> causal_blockwise([2, 3, 5]).indices[0, 0].T.tolist()
+    [[2, 2, 10, 10, 10, 10, 10, 10, 10, 10], [5, 5, 10, 10, 10, 10, 10, 10, 10, 10]]
+    >>> print(picture(causal_blockwise([2, 3, 5])))
     ■ · · · · · · · · ·
     ■ ■ · · · · · · · ·
-    ■ ■ ■ · · · · · · ·
-    ■ ■ ■ ■ · · · · · ·
-    · · · · ■ · · · · ·
-    · · · · ■ ■ · · · ·
-    · · · · ■ ■ ■ · · ·
+    · · ■ · · · · · · ·
+    · · ■ ■ · · · · · ·
+    · · ■ ■ ■ · · · · ·
+    ■ ■ ■ ■ ■ ■ · · · ·
+    ■ ■ ■ ■ ■ ■ ■ · · ·
     ■ ■ ■ ■ ■ ■ ■ ■ · ·
     ■ ■ ■ ■ ■ ■ ■ ■ ■ ·
     ■ ■ ■ ■ ■ ■ ■ ■ ■ ■
