@@ -5,7 +5,8 @@
 #   1. build libflashmask with CMake (paddle_ops/CMakeLists.txt) into build/flashmask
 #   2. pytest tests/gpu (the CUDA kernels through the torch binding vs the fp64 reference)
 #   3. compute-sanitizer memcheck and racecheck on tools/device/sanitize_case.py (beside step 2)
-#   4. optionally benchmarks/kernel_bench.py, alone after the rest so nothing disturbs its timings
+#   4. optionally the CUDA fuzz record (python -m flashmask_paddle.fuzz), after the tests
+#   5. optionally benchmarks/kernel_bench.py, alone after the rest so nothing disturbs its timings
 #
 #   bash tools/device/gpu_check.sh                                    # steps 1-3
 #   bash tools/device/gpu_check.sh --bench '--seqlens 8192 32768 --head-dims 128 --dtypes bf16'
@@ -15,13 +16,15 @@
 #                    into one JSON: "ARGS1 ;; ARGS2" (e.g. a core matrix, then a few extra rows)
 #   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
 #   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
+#   --fuzz N         also run N random fuzz cases on the GPU (--jobs FUZZ_JOBS, default 16) into
+#                    fuzz_cuda.json
 #   --lib PATH       use a libflashmask.so built elsewhere (e.g. by tests/test_cuda_build.py for
 #                    sm_80 + sm_90) instead of building
 # Environment: ARCHS=90 CUDA archs to build; JOBS=16 build parallelism; PYTEST_WORKERS=12 (used when
 #   pytest-xdist is installed); FLASHMASK_COMMIT=<sha> the commit to record where there is no .git;
 #   OUT=DIR where the outputs go (default ./gpu_check_out).
 # Outputs under $OUT: build.log, tests.log, memcheck.log, racecheck.log, bench.log,
-#   kernel_h200.json, kernel_h200.png (with --bench), and summary.txt (one line per step: name, exit
+#   kernel_h200.json, kernel_h200.png (with --bench), fuzz.log and fuzz_cuda.json (with --fuzz), and summary.txt (one line per step: name, exit
 #   status, seconds, last log line; device, torch and commit at the top).
 # Exit status: non-zero if any step failed.
 set -uo pipefail
@@ -30,7 +33,7 @@ OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
 ARCHS=${ARCHS:-90}
 JOBS=${JOBS:-16}
-BENCH_ARGS="" ; RUN_TESTS=1 ; RUN_SANITIZE=1 ; PYTEST_ARGS="" ; PREBUILT=""
+BENCH_ARGS="" ; RUN_TESTS=1 ; RUN_SANITIZE=1 ; PYTEST_ARGS="" ; PREBUILT="" ; FUZZ_CASES=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) BENCH_ARGS="$2"; [ -z "$BENCH_ARGS" ] && BENCH_ARGS=" "; shift 2 ;;
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
     --no-sanitize) RUN_SANITIZE=0; shift ;;
     --pytest) PYTEST_ARGS="$2"; shift 2 ;;
     --lib) PREBUILT="$2"; shift 2 ;;
+    --fuzz) FUZZ_CASES="$2"; shift 2 ;;
     *) echo "unknown option $1 (see the top of $0)"; exit 2 ;;
   esac
 done
@@ -105,6 +109,11 @@ if [ $RUN_SANITIZE = 1 ]; then
   for tool in memcheck racecheck; do
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_case: [0-9]+ cases|FAILED" "$OUT/$tool.log" | tail -n 3 >> "$SUMMARY"
   done
+fi
+
+if [ "$FUZZ_CASES" -gt 0 ]; then
+  step fuzz "$OUT/fuzz.log" python3 -m flashmask_paddle.fuzz --cases "$FUZZ_CASES" --device cuda \
+    --jobs "${FUZZ_JOBS:-16}" --json "$OUT/fuzz_cuda.json"
 fi
 
 if [ -n "$BENCH_ARGS" ]; then
