@@ -24,8 +24,9 @@
 #   pytest-xdist is installed); FLASHMASK_COMMIT=<sha> the commit to record where there is no .git;
 #   OUT=DIR where the outputs go (default ./gpu_check_out).
 # Outputs under $OUT: build.log, tests.log, memcheck.log, racecheck.log, bench.log,
-#   kernel_h200.json, kernel_h200.png (with --bench), fuzz.log and fuzz_cuda.json (with --fuzz), and summary.txt (one line per step: name, exit
-#   status, seconds, last log line; device, torch and commit at the top).
+#   kernel_h200.json, kernel_h200.png (with --bench), fuzz.log and fuzz_cuda.json (with --fuzz),
+#   and summary.txt (one line per step: name, exit status, seconds, last log line; device, torch
+#   and commit at the top).
 # Exit status: non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
