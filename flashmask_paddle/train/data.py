@@ -19,7 +19,7 @@ import numpy as np
 
 from . import preference
 from .config import ConfigError
-from .packing import conversation_document, mask_densities, pack, packing_report
+from .packing import RowStats, conversation_document, mask_densities, pack, packing_report
 from .tokenizer import encode, get_tokenizer
 
 __all__ = ["read_jsonl", "sft_documents", "sft_datasets", "print_packing_report", "PreferenceStats",
@@ -124,7 +124,7 @@ def sft_datasets(cfg):
 
 
 @dataclass
-class PreferenceStats:
+class PreferenceStats(RowStats):
     """Counts from reading and packing preference data (``summary()`` is one log line)."""
 
     examples: int = 0
@@ -133,17 +133,11 @@ class PreferenceStats:
     truncated: int = 0
     dropped: dict = field(default_factory=dict)  # groups that did not fit max_length, by reason
     packs: int = 0
-    tokens: int = 0
-    padding: int = 0
-    mask_density: float = 0.0  # visible (q, k) pairs / S^2, mean over rows
-    tile_density: float = 0.0  # 128x128 tiles not fully masked, mean over rows
 
     def summary(self) -> str:
-        fill = self.tokens / max(1, self.tokens + self.padding)
         return (f"{self.examples} preference rows (skipped {self.skipped or 'none'}) -> {self.groups} groups "
                 f"-> {self.packs} rows; truncated {self.truncated}, dropped {self.dropped or 'none'}; "
-                f"{self.tokens} tokens, row fill {fill:.1%}, mask density {self.mask_density:.4f}, "
-                f"128x128 tile density {self.tile_density:.3f}")
+                f"{self.tokens} tokens, {self.rows_summary()}")
 
     def report(self) -> dict:
         """The packing report of a run's summary (``packing.packing_report``): skipped rows of the file

@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["IGNORE_INDEX", "Document", "Pack", "PackStats", "PackingError", "prompt_response_document",
+__all__ = ["IGNORE_INDEX", "Document", "Pack", "PackStats", "RowStats", "PackingError", "prompt_response_document",
            "conversation_document", "first_fit_decreasing", "pack", "check_pack", "causal_document_mask", "stack_packs", "mask_densities",
            "row_bookkeeping", "packing_report"]
 
@@ -106,22 +106,31 @@ class Pack:
 
 
 @dataclass
-class PackStats:
+class RowStats:
+    """What packed rows hold, shared by the SFT and the preference statistics."""
+
+    tokens: int = 0  # real tokens in the rows
+    padding: int = 0
+    mask_density: float = 0.0  # visible (q, k) pairs / S^2, mean over rows
+    tile_density: float = 0.0  # 128x128 tiles not fully masked, mean over rows
+
+    def rows_summary(self) -> str:
+        fill = self.tokens / max(1, self.tokens + self.padding)
+        return (f"row fill {fill:.1%}, mask density {self.mask_density:.4f}, "
+                f"128x128 tile density {self.tile_density:.3f}")
+
+
+@dataclass
+class PackStats(RowStats):
     documents: int = 0
     packs: int = 0
     truncated: int = 0
     dropped: int = 0
-    tokens: int = 0  # real tokens in packs
     loss_tokens: int = 0
-    padding: int = 0
-    mask_density: float = 0.0  # visible (q, k) pairs / S^2, mean over packs
-    tile_density: float = 0.0  # 128x128 tiles not fully masked, mean over packs
 
     def summary(self) -> str:
-        fill = self.tokens / max(1, self.tokens + self.padding)
         return (f"{self.documents} documents -> {self.packs} rows; truncated {self.truncated}, dropped "
-                f"{self.dropped}; {self.tokens} tokens ({self.loss_tokens} with loss), row fill {fill:.1%}, "
-                f"mask density {self.mask_density:.4f}, 128x128 tile density {self.tile_density:.3f}")
+                f"{self.dropped}; {self.tokens} tokens ({self.loss_tokens} with loss), {self.rows_summary()}")
 
     def report(self) -> dict:
         """The packing report of a run's summary (:func:`packing_report`)."""
