@@ -58,10 +58,8 @@ def _expand(visible, batch: int, heads_q: int):
 
 def _scores(q, k, visible, scale):
     """Masked scaled scores ``[B, Hq, Sq, Sk]`` in float64 (masked entries -inf)."""
-    heads_q, heads_k = q.shape[2], k.shape[2]
-    k = np.repeat(k.astype(np.float64), heads_q // heads_k, axis=2)
-    s = _heads_first(q) @ _heads_first(k).swapaxes(-1, -2) * scale
-    return np.where(_expand(visible, q.shape[0], heads_q), s, -np.inf)
+    s = _heads_first(q) @ _heads_first(_per_query_head(k, q.shape[2])).swapaxes(-1, -2) * scale
+    return np.where(_expand(visible, q.shape[0], q.shape[2]), s, -np.inf)
 
 
 def attention_forward(q, k, v, visible, softmax_scale: float | None = None, dropout_scale=None):
@@ -70,14 +68,10 @@ def attention_forward(q, k, v, visible, softmax_scale: float | None = None, drop
     ``dropout_scale``: optional ``[B, Hq, Sq, Sk]`` factors applied to the probabilities after the
     softmax (0 for a dropped weight, ``1 / (1 - p)`` for a kept one); the LSE does not see them.
     """
-    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
-    s = _scores(q, k, visible, scale)
-    lse = _logsumexp(s)
-    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])
+    p, lse = _softmax(q, k, visible, _scale(q, softmax_scale))
     if dropout_scale is not None:
         p = p * dropout_scale
-    v = np.repeat(v.astype(np.float64), q.shape[2] // v.shape[2], axis=2)
-    out = _seq_first(p @ _heads_first(v))
+    out = _seq_first(p @ _heads_first(_per_query_head(v, q.shape[2])))
     return out, lse
 
 
@@ -92,31 +86,17 @@ def attention_backward(q, k, v, visible, dout, softmax_scale: float | None = Non
     amplified by ``softmax_scale * |K|``, can exceed fp16's few-ulp budget on its own).
     Default: the exact output, i.e. ``D = rowsum(dP * P)``.
     """
-    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    scale = _scale(q, softmax_scale)
     heads_q, heads_k = q.shape[2], k.shape[2]
-    group = heads_q // heads_k
-    s = _scores(q, k, visible, scale)
-    lse = _logsumexp(s)
-    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])  # 0 on masked entries
-    k64 = np.repeat(k.astype(np.float64), group, axis=2)
-    v64 = np.repeat(v.astype(np.float64), group, axis=2)
-    do = dout.astype(np.float64)
+    p, _ = _softmax(q, k, visible, scale)  # 0 on masked entries
     z = 1.0 if dropout_scale is None else dropout_scale
-    do_h = _heads_first(do)
+    do_h = _heads_first(dout)
     dv_full = _seq_first((p * z).swapaxes(-1, -2) @ do_h)
-    dp = (do_h @ _heads_first(v64).swapaxes(-1, -2)) * z  # gradient w.r.t. the undropped P
-    if out is None:
-        rowsum = np.sum(dp * p, axis=-1, keepdims=True)
-    else:  # [B, Sq, Hq, D] -> [B, Hq, Sq, 1]
-        rowsum = _heads_first(np.sum(do * np.asarray(out, dtype=np.float64), axis=-1))[..., None]
-    ds = p * (dp - rowsum) * scale
-    dq = _seq_first(ds @ _heads_first(k64))
-    dk_full = _seq_first(ds.swapaxes(-1, -2) @ _heads_first(q.astype(np.float64)))
-
-    def reduce_group(t):  # [B, Sk, Hq, D] -> [B, Sk, Hk, D]
-        return t.reshape(t.shape[0], t.shape[1], heads_k, group, t.shape[3]).sum(axis=3)
-
-    return dq, reduce_group(dk_full), reduce_group(dv_full)
+    dp = (do_h @ _heads_first(_per_query_head(v, heads_q)).swapaxes(-1, -2)) * z  # w.r.t. the undropped P
+    ds = p * (dp - _row_delta(dout, out, dp, p)) * scale
+    dq = _seq_first(ds @ _heads_first(_per_query_head(k, heads_q)))
+    dk_full = _seq_first(ds.swapaxes(-1, -2) @ _heads_first(q))
+    return dq, _sum_groups(dk_full, heads_k), _sum_groups(dv_full, heads_k)
 
 
 def gradient_magnitudes(q, k, v, visible, dout, softmax_scale: float | None = None, out=None):
@@ -129,22 +109,43 @@ def gradient_magnitudes(q, k, v, visible, dout, softmax_scale: float | None = No
     stated relative to the exact gradient alone would measure that rounding, not the kernel.
     ``out`` as in :func:`attention_backward`.
     """
-    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    scale = _scale(q, softmax_scale)
     heads_q, heads_k = q.shape[2], k.shape[2]
-    group = heads_q // heads_k
+    p, _ = _softmax(q, k, visible, scale)
+    dp = _heads_first(dout) @ _heads_first(_per_query_head(v, heads_q)).swapaxes(-1, -2)
+    ds_mag = p * (np.abs(dp) + np.abs(_row_delta(dout, out, dp, p))) * abs(scale)
+    dq_mag = _seq_first(ds_mag @ np.abs(_heads_first(_per_query_head(k, heads_q))))
+    dk_full = _seq_first(ds_mag.swapaxes(-1, -2) @ np.abs(_heads_first(q)))
+    return dq_mag, _sum_groups(dk_full, heads_k)
+
+
+def _scale(q, softmax_scale):
+    return q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+
+
+def _softmax(q, k, visible, scale):
+    """``(P [B, Hq, Sq, Sk], lse [B, Hq, Sq])`` in float64; P is 0 on masked entries and on fully
+    masked rows (LSE -inf)."""
     s = _scores(q, k, visible, scale)
     lse = _logsumexp(s)
-    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])
-    do_h = _heads_first(dout)
-    dp = do_h @ _heads_first(np.repeat(np.asarray(v, dtype=np.float64), group, axis=2)).swapaxes(-1, -2)
-    o = attention_forward(q, k, v, visible, softmax_scale)[0] if out is None else out
-    d = np.abs(_heads_first(np.sum(np.asarray(dout, dtype=np.float64) * np.asarray(o, dtype=np.float64), axis=-1)))
-    ds_mag = p * (np.abs(dp) + d[..., None]) * abs(scale)
-    k_abs = np.abs(_heads_first(np.repeat(np.asarray(k, dtype=np.float64), group, axis=2)))
-    dq_mag = _seq_first(ds_mag @ k_abs)
-    dk_full = _seq_first(ds_mag.swapaxes(-1, -2) @ np.abs(_heads_first(q)))
-    dk_mag = dk_full.reshape(dk_full.shape[0], dk_full.shape[1], heads_k, group, dk_full.shape[3]).sum(axis=3)
-    return dq_mag, dk_mag
+    return np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None]), lse
+
+
+def _row_delta(dout, out, dp, p):
+    """``D [B, Hq, Sq, 1]``: ``rowsum(dO * out)`` with the given output, else ``rowsum(dP * P)``."""
+    if out is None:
+        return np.sum(dp * p, axis=-1, keepdims=True)
+    return _heads_first(np.sum(np.asarray(dout, dtype=np.float64) * np.asarray(out, dtype=np.float64), axis=-1))[..., None]
+
+
+def _per_query_head(t, heads_q):
+    """``[B, S, Hk, D]`` -> ``[B, S, Hq, D]`` float64, each key/value head repeated over its GQA group."""
+    return np.repeat(np.asarray(t, dtype=np.float64), heads_q // t.shape[2], axis=2)
+
+
+def _sum_groups(t, heads_k):
+    """``[B, Sk, Hq, D]`` -> ``[B, Sk, Hk, D]``: the sum over each GQA group's query heads."""
+    return t.reshape(t.shape[0], t.shape[1], heads_k, t.shape[2] // heads_k, t.shape[3]).sum(axis=3)
 
 
 def _heads_first(t):
