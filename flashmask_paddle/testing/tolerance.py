@@ -30,10 +30,15 @@ LSE_TOL = 2e-2
 QUANTITIES = ("out", "lse", "dq", "dk", "dv")
 
 
+def _fp64_problem(case: Case, q, k, v, dout, idx):
+    """The case's inputs in float64 and its visible pairs."""
+    q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
+    return q, k, v, dout, _reference.visible_pairs(idx, case.causal, case.seqlen_q, case.seqlen_k)
+
+
 def reference(case: Case, q, k, v, dout, idx, saved_out=None):
     """fp64 (out, lse, dq, dk, dv) on exactly the (rounded) inputs the kernel saw."""
-    q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
-    vis = _reference.visible_pairs(idx, case.causal, case.seqlen_q, case.seqlen_k)
+    q, k, v, dout, vis = _fp64_problem(case, q, k, v, dout, idx)
     out, lse = _reference.attention_forward(q, k, v, vis, case.softmax_scale)
     dq, dk, dv = _reference.attention_backward(q, k, v, vis, dout, case.softmax_scale, out=saved_out)
     return out, lse, dq, dk, dv
@@ -41,8 +46,7 @@ def reference(case: Case, q, k, v, dout, idx, saved_out=None):
 
 def reference_magnitudes(case: Case, q, k, v, dout, idx, saved_out=None):
     """fp64 cancellation-free sizes (dq_mag, dk_mag) of the case's gradients (see ``compare``)."""
-    q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
-    vis = _reference.visible_pairs(idx, case.causal, case.seqlen_q, case.seqlen_k)
+    q, k, v, dout, vis = _fp64_problem(case, q, k, v, dout, idx)
     return _reference.gradient_magnitudes(q, k, v, vis, dout, case.softmax_scale, out=saved_out)
 
 
