@@ -62,13 +62,18 @@ def _run_parallel(device: str, max_len: int, seeds, jobs: int) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor
 
     chunks = [seeds[i::jobs] for i in range(jobs)]
-    # One BLAS thread per worker (the children read these at import): N workers x all-core BLAS
-    # pools oversubscribe the CPU many times over.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = pool.map(_run_seeds, [device] * jobs, [max_len] * jobs, chunks)
-        return [f for part in results for f in part]
+    # One BLAS thread per worker (the children read these at import; N workers x all-core BLAS
+    # pools oversubscribe the CPU many times over), set for the children only.
+    threads = [var for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+               if var not in os.environ]
+    os.environ.update({var: "1" for var in threads})
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_run_seeds, [device] * jobs, [max_len] * jobs, chunks))
+    finally:
+        for var in threads:
+            del os.environ[var]
+    return [f for part in results for f in part]
 
 
 def _device_name(device: str) -> str:
