@@ -35,6 +35,8 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "copy.cuh"
+
 namespace flashmask {
 namespace sm90 {
 
@@ -116,19 +118,14 @@ struct BwdTraits {
   using SmemLayoutdS =
       decltype(tile_to_shape(SmemAtomdS{}, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDsBuffers>>{}));
 
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                          Shape<int32_t, int32_t, int32_t, int32_t>{},
-                                          Stride<int64_t, _1, int64_t, int64_t>{}));
+  using GmemTensor = TmaGmemTensor<Element const>;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
                                       Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
   // dK and dV leave through the K and V tiles' shared memory (free once every wgmma has retired):
   // stmatrix from the accumulators, then one TMA store each, which also clips keys past Sk.
-  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)),
-                                             Shape<int32_t, int32_t, int32_t, int32_t>{},
-                                             Stride<int64_t, _1, int64_t, int64_t>{}));
-  using TmaStoreK = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutK{},
+  using TmaStoreK = decltype(make_tma_copy(SM90_TMA_STORE{}, TmaGmemTensor<Element>{}, SmemLayoutK{},
                                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
   using SmemCopyAtomdKV = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 

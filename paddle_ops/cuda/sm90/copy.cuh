@@ -40,6 +40,10 @@ auto tma_view(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t hea
                      make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride));
 }
 
+// The type of tma_view<Element>'s tensors: what the kernels' TMA descriptor types are declared over.
+template <typename Element>
+using TmaGmemTensor = decltype(tma_view<Element>(TensorView{}, 0, 0, 0, 0));
+
 // TMA load of `tile` (rows, head_dim) boxes of `t`; rows past `seqlen` are zero-filled by the hardware.
 template <typename Element, class SmemLayout, class Tile>
 auto make_tma_load(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch,

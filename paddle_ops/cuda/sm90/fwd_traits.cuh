@@ -24,6 +24,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "flashmask/mask.h"
+#include "copy.cuh"
 #include "fwd_sm90.h"
 #include "fwd_tiles.cuh"
 
@@ -95,20 +96,15 @@ struct FwdTraits {
       SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                           Step<_2, _1, _3>{})));
 
-  // Global tensors as TMA sees them: (seqlen, head_dim, heads, batch), head_dim contiguous.
-  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                          GmemShape{}, GmemStride{}));
+  // Global tensors as TMA sees them (copy.cuh): (seqlen, head_dim, heads, batch), head_dim contiguous.
+  using GmemTensor = TmaGmemTensor<Element const>;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                       select<0, 2>(TileShapeQK{}), _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        select<1, 2>(TileShapeQK{}), _1{}));
   // The output leaves through the tile's own Q stage (same shape and swizzle): stmatrix from the
   // accumulators, then one TMA store, which also clips rows past Sq.
-  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemShape{},
-                                             GmemStride{}));
-  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutQ{},
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, TmaGmemTensor<Element>{}, SmemLayoutQ{},
                                       select<0, 2>(TileShapeQK{}), _1{}));
   using SmemCopyAtomO = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 
