@@ -167,7 +167,7 @@ def test_gradient_magnitudes_bound_the_gradients_elementwise(seed, form):
 def test_saturated_softmax_rows_have_gradients_far_below_their_magnitudes():
     # Every row's weight on one key (scores ~ +-40 apart): dP - D cancels, dQ is ~0 while the
     # terms it cancels are O(1); the norm-wise check must measure errors against the terms.
-    from flashmask_paddle.testing.tolerance import GRAD_FLOOR, REL_TOL, compare
+    from flashmask_paddle.testing.tolerance import REL_TOL, compare
     rng = np.random.default_rng(0)
     k = np.zeros((1, 2, 1, 8))
     k[0, 0, 0, 0], k[0, 1, 0, 0] = 8.0, -8.0
@@ -188,7 +188,6 @@ def test_saturated_softmax_rows_have_gradients_far_below_their_magnitudes():
     # A real error (a tenth of the terms) still fails.
     wrong = (out, lse, dq + 0.1 * mags[0], dk, dv)
     assert compare(wrong, want, mags)["dq"] > REL_TOL
-    assert GRAD_FLOOR * REL_TOL < 0.1
 
 
 def test_the_floor_leaves_ordinary_rows_judged_by_their_exact_gradient():
