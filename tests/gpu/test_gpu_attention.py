@@ -80,6 +80,16 @@ def test_more_query_tiles_than_persistent_ctas(form, persistent, monkeypatch):
                       head_dim=64))
 
 
+@pytest.mark.parametrize("form", [(True, 2), (False, 4)], ids=form_id)
+def test_tile_order_over_several_l2_sections(form):
+    """Under index masks the Hopper forward runs its tiles longest list first inside sections of
+    (batch, head) pairs whose K and V fit 32 MB (sm90/fwd_tile_order.cuh): 20000 keys at D = 128
+    are 10 MB per head, so 3 heads per section, 5 sections here (the last one short), and every
+    head has its own mask, so every section sorts different list lengths."""
+    check(fuzzed_case(form, seed_offset=1100, batch=2, seqlen_q=300, seqlen_k=20000, heads_q=7, heads_k=7,
+                      mask_heads=7, head_dim=128))
+
+
 @pytest.mark.parametrize("tiles", ["0", "1", "4"])
 @pytest.mark.parametrize("block_m", ["64", "128"])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2), (False, 4)], ids=form_id)

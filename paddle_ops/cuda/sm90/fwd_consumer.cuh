@@ -53,6 +53,19 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
   typename Traits::PipelineState read;  // stage of K_i, carried across this CTA's tiles
   const int32_t num_tiles = fwd_num_tiles(kp);
   cutlass::PipelineState<2> read_t;
+  // A tile's output leaves through its Q stage (fwd_epilogue.cuh). Persistent CTAs return that
+  // stage to the Q ring after the epilogue; thread 0, which issued the TMA store, arrives only
+  // once the store has read it, at the next tile's first wgmma wait (by then long done), so that
+  // nobody waits for it.
+  typename Traits::PipelineStateQ stored_q;
+  bool store_pending = false;
+  auto release_stored_q = [&]() {
+    if (Traits::kPersistent && store_pending && tidx == 0) {
+      cute::tma_store_wait<0>();
+      pipeline_q.consumer_release(stored_q);
+    }
+    store_pending = false;
+  };
   for (int32_t t = first_tile<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles); t < num_tiles;
        t = next_tile<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles)) {
     const FwdTile tile = fwd_tile(kp, t);
@@ -92,6 +105,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       const int32_t entry0 = entries[0];
       pipeline_k.consumer_wait(read);
       wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_qk, tSrQ_t, tSrK(_, _, _, read.index()), acc_s);
+      release_stored_q();
       if (num_partial > 0) mask_if(0, entry_n_block(entry0), read.index(), cute::true_type{});
       pipeline_k.consumer_release(read);
       softmax.step(acc_s, correction);
@@ -124,21 +138,29 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       int32_t i = 1;
       for (; i < num_partial; ++i) visit(i, cute::true_type{});
       for (; i < num_entries; ++i) visit(i, cute::false_type{});
-      // Every QK wgmma has retired: Q's stage is free for the tile after next (persistent CTAs) or
-      // for this tile's output (one tile per CTA: fwd_epilogue.cuh).
-      pipeline_q.consumer_release(read_q);
+      // Every QK wgmma has retired: Q's stage is free for this tile's output.
+      if constexpr (!Traits::kPersistent) pipeline_q.consumer_release(read_q);
       // Last block's PV.
       pipeline_v.consumer_wait(read_v);
       wgmma</*zero*/ false, /*wait*/ 0, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
       pipeline_v.consumer_release(read_v);
     } else {
-      pipeline_q.consumer_release(read_q);
+      release_stored_q();
+      if constexpr (!Traits::kPersistent) pipeline_q.consumer_release(read_q);
     }
-    ++read_q;
 
     float lse[kRows];
     softmax.finish(acc_o, p.softmax_scale, lse);
     store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head_q, tile.b, tidx);
+    if constexpr (Traits::kPersistent) {
+      if (tidx != 0) pipeline_q.consumer_release(read_q);
+      stored_q = read_q;
+      store_pending = true;
+    }
+    ++read_q;
+  }
+  if (Traits::kPersistent && store_pending && tidx == 0) {
+    cute::tma_store_wait<0>();  // the CTA's shared memory must outlive the last store's read
   }
 }
 

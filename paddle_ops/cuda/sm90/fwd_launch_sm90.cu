@@ -9,6 +9,7 @@
 
 #include "../utils.cuh"
 #include "fwd_sm90.h"
+#include "fwd_tile_order.cuh"
 #include "path_sm90.h"
 
 namespace flashmask {
@@ -31,9 +32,10 @@ int sm90::fwd_block_m(const FwdParams& p) {
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
   if (!p.mask_form.has_indices()) return 128;
   // Index masks: 128 rows (persistent) once rows are long enough for long key lists, else 64 rows
-  // with two CTAs per SM. H200, bf16 D=128, B*S=32K, 17093a4, fwd TFLOP/s 64 -> 128 persistent:
-  // 32K sliding window 485 -> 576, causal document 377 -> 412, document 425 -> 453, share
-  // question 387 -> 422; 8K within -7..+5% (short documents 186 -> 172, sliding window 413 -> 435).
+  // with two CTAs per SM. H200, bf16 D=128, B*S=32K, one process, fwd TFLOP/s 64 -> 128 rows (TMA
+  // epilogue and longest-first tiles in both): 8K prefix-LM causal 503 -> 601, sliding window
+  // 412 -> 463, document 361 -> 385, causal document 333 -> 340, share question 295 -> 286, short
+  // documents 214 -> 200; at 32K 128 rows led by 5-19% already before those two changes.
   return p.head_dim == 128 && p.seqlen_q >= kLongRows ? 128 : 64;
 }
 
@@ -68,14 +70,15 @@ int32_t payload_capacity(const FwdParams& p, int block_m) {
 }
 
 // The sm90 forward's workspace after the block lists: 256 bytes whose first int32 counts
-// persistent tile claims, the partial tiles' numbering, their mask payloads.
+// persistent tile claims, the partial tiles' numbering, their mask payloads, the tile order.
 struct Sm90FwdWorkspace {
-  size_t counter, offsets, payload, end;
+  size_t counter, offsets, payload, order, end;
   Sm90FwdWorkspace(const FwdParams& p, int block_m, int block_n) {
     counter = fwd_block_lists_workspace_bytes(p, block_m, block_n);
     offsets = counter + 256;
     payload = offsets + partial_offsets_bytes(p, block_m);
-    end = payload + align_up((size_t)payload_capacity(p, block_m) * sm90::fwd_payload_bytes(block_m, block_n));
+    order = payload + align_up((size_t)payload_capacity(p, block_m) * sm90::fwd_payload_bytes(block_m, block_n));
+    end = order + sm90::fwd_tile_order_bytes(p, block_m);
   }
 };
 
@@ -99,8 +102,16 @@ void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   payload.words = reinterpret_cast<uint32_t*>(ws + layout.payload);
   payload.capacity = payload_capacity(p, block_m);
   launch_partial_offsets(lists, p, offsets, stream);
+  // Index masks: longest lists first (fwd_tile_order.cuh). Without indices the natural order is
+  // already that (causal: each head's last query blocks first) or every list is the same.
+  int32_t* order = nullptr;
+  if (p.mask_form.has_indices()) {
+    order = reinterpret_cast<int32_t*>(ws + layout.order);
+    sm90::launch_fwd_tile_order(p, lists, order, stream);
+  }
   sm90::dispatch_instantiation(p.dtype, p.head_dim, "run_fwd_sm90", [&](auto e, auto d) {
-    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, payload, stream);
+    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, payload, order,
+                                                               stream);
   });
 }
 

@@ -50,7 +50,7 @@ int64_t resident_ctas(Kernel kernel, int threads, int smem_bytes) {
 
 template <typename Element, int kHeadDim, int kBlockM, bool kPersistent = false>
 void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_counter,
-                const FwdMaskPayload& payload, cudaStream_t stream) {
+                const FwdMaskPayload& payload, const int32_t* tile_order, cudaStream_t stream) {
   using namespace cute;
   using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM, kHeadDim), 2, kPersistent>;
   using TileShapeQK = typename Traits::TileShapeQK;
@@ -68,7 +68,8 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
       MaskSlices::of(p),
       p.softmax_scale * 1.4426950408889634f,
       tile_counter,
-      payload};
+      payload,
+      tile_order};
   launch_mask_payload<Traits>(p, lists, payload, stream);
   auto kernel = fwd_kernel<Traits>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -92,24 +93,25 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
 
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
-                         int32_t* tile_counter, const FwdMaskPayload& payload, cudaStream_t stream) {
+                         int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
+                         cudaStream_t stream) {
   const bool persistent = use_persistent(p, block_m);
   // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
   // shape (fwd_block_m() never asks): Q, K and V would not leave room for a second CTA on the SM,
   // which is what that shape is for.
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
-      persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, payload, stream)
-                 : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, payload, stream);
+      persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, payload, tile_order, stream)
+                 : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, payload, tile_order, stream);
       return;
     }
     if (block_m == 128 && persistent) {
-      launch_fwd<Element, kHeadDim, 128, true>(p, lists, tile_counter, payload, stream);
+      launch_fwd<Element, kHeadDim, 128, true>(p, lists, tile_counter, payload, tile_order, stream);
       return;
     }
   }
   if (block_m == 128) {
-    launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, payload, stream);
+    launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, payload, tile_order, stream);
     return;
   }
   throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, or 64 below head_dim 256; got " +
@@ -131,7 +133,7 @@ bool fwd_sm90_kernel_built() {
 
 #define FM_SM90_FWD_INSTANTIATE(T, D)                                                               \
   template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, int32_t*,    \
-                                          const FwdMaskPayload&, cudaStream_t);                    \
+                                          const FwdMaskPayload&, const int32_t*, cudaStream_t);    \
   template bool fwd_sm90_kernel_built<T, D>();
 
 }  // namespace sm90

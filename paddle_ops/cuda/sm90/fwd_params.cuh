@@ -21,6 +21,7 @@ struct FwdKernelParams {
   float scale_log2;  // softmax_scale * log2(e)
   int32_t* tile_counter;  // persistent CTAs' tile claims (fwd_tiles.cuh), zeroed before the launch
   FwdMaskPayload payload;
+  const int32_t* tile_order;  // fwd_tile_order.cuh, or nullptr: natural order
 };
 
 }  // namespace sm90

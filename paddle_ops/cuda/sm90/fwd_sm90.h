@@ -27,7 +27,7 @@ namespace sm90 {
 // head_dim 128, for index masks over at least kLongRows query rows (persistent CTAs); else 64 (one
 // warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
 // always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
-constexpr int kLongRows = 16384;
+constexpr int kLongRows = 8192;
 int fwd_block_m(const FwdParams& p);
 // Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
 // shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
@@ -57,7 +57,8 @@ struct FwdMaskPayload {
 int payload_tiles_per_list();
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
-                         int32_t* tile_counter, const FwdMaskPayload& payload, cudaStream_t stream);
+                         int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
+                         cudaStream_t stream);
 template <typename Element, int kHeadDim>
 bool fwd_sm90_kernel_built();
 }  // namespace sm90
