@@ -56,24 +56,32 @@ def _run_seeds(device: str, max_len: int, seeds) -> list[dict]:
     return failed
 
 
-def _run_parallel(device: str, max_len: int, seeds, jobs: int) -> list[dict]:
+def _run_parallel(device: str, max_len: int, seeds, jobs: int, chunk: int = 50) -> list[dict]:
     # spawn, not fork: a forked child cannot use a CUDA context its parent created.
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    chunks = [seeds[i::jobs] for i in range(jobs)]
+    # Small chunks, handed out as workers free up: balanced, and progress is visible as they finish.
+    chunks = [seeds[i:i + chunk] for i in range(0, len(seeds), chunk)]
     # One BLAS thread per worker (the children read these at import; N workers x all-core BLAS
     # pools oversubscribe the CPU many times over), set for the children only.
     threads = [var for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
                if var not in os.environ]
     os.environ.update({var: "1" for var in threads})
+    failed, done, t0, step = [], 0, time.time(), max(1, len(chunks) // 10)
     try:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = list(pool.map(_run_seeds, [device] * jobs, [max_len] * jobs, chunks))
+            futures = {pool.submit(_run_seeds, device, max_len, part): len(part) for part in chunks}
+            for n, future in enumerate(as_completed(futures), 1):
+                failed += future.result()
+                done += futures[future]
+                if n % step == 0 or n == len(chunks):
+                    print(f"fuzz: {done}/{len(seeds)} cases, {len(failed)} failed, {time.time() - t0:.0f} s",
+                          flush=True)
     finally:
         for var in threads:
             del os.environ[var]
-    return [f for part in results for f in part]
+    return failed
 
 
 def _device_name(device: str) -> str:
