@@ -681,6 +681,27 @@ def make_report(torch, argv, plan, dtype, results, scale_rows, t_start, smoke) -
     }
 
 
+def merge(paths, out: Path, plot_png: bool = True) -> dict:
+    """One report from several runs: their configurations and scale rows in order (a later run's
+    configuration of the same name replaces an earlier one), the bar over all, every run's
+    command, commit and date kept under `runs`."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    results, scale = {}, {}
+    for r in reports:
+        results.update({c["name"]: c for c in r["results"]})
+        scale.update({row["seqlen"]: row for row in r.get("scale_rows") or []})
+    merged = dict(reports[-1], results=list(results.values()), scale_rows=[scale[s] for s in sorted(scale)])
+    merged["runs"] = [{k: r.get(k) for k in ("command", "commit", "date", "device", "wall_s")} for r in reports]
+    merged["command"] = "python benchmarks/e2e_h200.py --merge " + " ".join(str(p) for p in paths)
+    merged["bar"] = bar_check(merged["results"], merged["scale_rows"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(merged, indent=1) + "\n")
+    if plot_png:
+        plot(merged, out.with_suffix(".png"))
+    print(table(merged["results"], merged["scale_rows"]))
+    return merged
+
+
 # ----------------------------------------------------------------------------------------------
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -698,6 +719,9 @@ def parse_args(argv):
                    help="skip the remaining attentions once this many seconds have passed")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "e2e_h200.json")
     p.add_argument("--replot", type=Path, help="only redraw the PNG of this JSON")
+    p.add_argument("--merge", type=Path, nargs="+",
+                   help="only join these JSONs (runs of some configurations each, e.g. one per time-limited "
+                        "job) into --out, the bar recomputed over all")
     p.add_argument("--no-plot", action="store_true", help="JSON only (redraw later with --replot)")
     return p.parse_args(argv)
 
@@ -706,6 +730,9 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.replot:
         plot(json.loads(args.replot.read_text()), args.replot.with_suffix(".png"))
+        return 0
+    if args.merge:
+        merge(args.merge, args.out, plot_png=not args.no_plot)
         return 0
     t_start = time.monotonic()
     deadline = t_start + args.time_budget_s
