@@ -57,6 +57,14 @@ def tensor_bytes(torch, obj) -> int:
     return sum(tensor_bytes(torch, v) for v in vars(obj).values()) if hasattr(obj, "__dict__") else 0
 
 
+def document_end_bounds(doc_lengths) -> np.ndarray:
+    """int32 [B, 1, S, 1] FlashMask bounds of packed causal documents: column j is masked for rows
+    at or past the end of j's document (LTS = document end). ``doc_lengths``: per row, its
+    segments' lengths."""
+    ends = [np.repeat(np.cumsum(row), row) for row in doc_lengths]
+    return np.stack(ends).astype(np.int32)[:, None, :, None]
+
+
 class Attention:
     name = ""
 
@@ -80,10 +88,7 @@ class FlashMaskAttention(Attention):
         self.fn = flashmask_attention
 
     def prepare(self, batch):
-        # causal document, C = 1: column j is masked for rows >= the end of j's document
-        ends = np.concatenate([np.repeat(np.cumsum(row), row) for row in batch["doc_lengths"]])
-        idx = self.torch.from_numpy(ends.astype(np.int32).reshape(len(batch["doc_lengths"]), 1, -1, 1))
-        return idx.to(batch["seg_id"].device)
+        return self.torch.from_numpy(document_end_bounds(batch["doc_lengths"])).to(batch["seg_id"].device)
 
     def __call__(self, q, k, v, mask):
         return self.fn(q, k, v, startend_row_indices=mask, causal=True)

@@ -1,0 +1,100 @@
+"""benchmarks/e2e_h200.py and e2e_attention.py without a GPU: packing, the bounds ours builds, and the
+report contract the bar reads (bar.configs, --merge)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from flashmask_paddle import masks
+
+_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name):
+    sys.path.insert(0, str(_BENCH))
+    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+attention = _load("e2e_attention")
+e2e = _load("e2e_h200")
+
+
+def test_packed_rows_are_filled_exactly_with_a_padding_segment_last():
+    rng = np.random.default_rng(1)
+    lengths = e2e.long_lengths(rng, scale=16)
+    assert lengths.min() >= e2e.LONG_DOCS[0] // 16 and lengths.max() <= e2e.LONG_DOCS[1] // 16
+    packed, pad = e2e.pack_rows(lengths, 4096, 3, rng)
+    assert all(sum(row) == 4096 for row in packed)
+    seg, _, valid = e2e.segment_arrays(packed, pad, 4096)
+    for r, (row, has_pad) in enumerate(zip(packed, pad)):
+        assert len(np.unique(seg[r])) == len(row)
+        assert int((~valid[r]).sum()) == (row[-1] if has_pad else 0)
+
+
+def test_our_bounds_are_the_causal_document_mask_of_the_segments():
+    rows = [[3, 4, 2], [5, 1, 3]]
+    got = attention.document_end_bounds(rows)
+    want = np.concatenate([masks.causal_document(r).indices for r in rows])
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def _metrics(step):
+    """One attention's entry as run_config writes it (the fields the table prints)."""
+    return {"step_s": step, "tokens_per_s": 1000 / step, "mask_build_s": 1e-4, "attn_share": 0.5,
+            "attn_fwd_bwd_s": step / 8, "attn_tflops_fwd_bwd": 100.0, "peak_mem_bytes": 2**30,
+            "first_loss": 10.4, "attn_out_rel_err_vs_first": 1e-3}
+
+
+def _scale(seqlen, **impls):
+    return {"seqlen": seqlen, "impls": {n: ({"fwd_s": 1.0, "bwd_s": 2.0, "fwd_tflops": 500.0, "bwd_tflops": 450.0,
+                                             "peak_mem_bytes": 2**34} if ok else {"error": "OOM"})
+                                        for n, ok in impls.items()}}
+
+
+def _config(name, ours, peers, h2h=None):
+    impls = {"flashmask": _metrics(ours)}
+    impls.update({n: (_metrics(t) if t else {"error": "OOM"}) for n, t in peers.items()})
+    r = {"name": name, "seqlen": 1024, "impls": impls}
+    measured = {n: t for n, t in peers.items() if t}
+    r["best_peer"] = min(measured, key=measured.get)
+    r["speedup_vs_best_peer_sequential"] = measured[r["best_peer"]] / ours
+    if h2h:
+        r["head_to_head"] = {"paired_speedup_median": h2h, "paired_speedup_q1_q3": [h2h, h2h], "pairs": 12}
+    return r
+
+
+def test_the_bar_lists_every_configuration_against_its_best_peer():
+    results = [_config("a", 1.0, {"flex": 1.2, "fa4varlen": 0.9}, h2h=0.93),
+               _config("b", 1.0, {"flex": 1.5, "cudnnflex": None})]
+    bar = e2e.bar_check(results, [_scale(1 << 20, flashmask=True, flex=False)])
+    a, b = bar["configs"]
+    assert a == {"name": "a", "seqlen": 1024, "peers": ["flex", "fa4varlen"], "best_peer": "fa4varlen",
+                 "speedup_vs_best_peer": 0.93, "speedup_from": "head_to_head", "mask_cost_counted": True}
+    assert b["peers"] == ["flex"] and b["speedup_vs_best_peer"] == 1.5 and b["speedup_from"] == "sequential"
+    assert bar["all_at_least_best_peer"] is False
+    assert bar["scale_largest_row"] == {"flashmask": 1 << 20}
+
+
+def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
+    base = {"command": "x", "commit": "c", "date": "d", "device": "H200", "wall_s": 1.0, "dtype": "bfloat16",
+            "torch": "2", "scale_rows": []}
+    one = dict(base, results=[_config("a", 1.0, {"flex": 1.2})])
+    two = dict(base, results=[_config("b", 1.0, {"flex": 0.8})],
+               scale_rows=[_scale(1 << 21, flashmask=True)])
+    paths = []
+    for i, report in enumerate((one, two)):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(report))
+    merged = e2e.merge(paths, tmp_path / "all.json", plot_png=False)
+    assert [r["name"] for r in merged["results"]] == ["a", "b"] and len(merged["runs"]) == 2
+    assert [c["best_peer"] for c in merged["bar"]["configs"]] == ["flex", "flex"]
+    assert merged["bar"]["all_at_least_best_peer"] is False
+    assert json.loads((tmp_path / "all.json").read_text())["bar"] == merged["bar"]
