@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import types
 
 import numpy as np
 
@@ -47,14 +48,24 @@ def host_seconds(torch, fn, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def tensor_bytes(torch, obj) -> int:
+def tensor_bytes(torch, obj, _seen=None) -> int:
+    """Bytes of the tensors a mask object holds (a tensor, containers of them, or the attributes of a
+    plan object such as cuDNN's), each object visited once, so reference cycles end."""
+    seen = set() if _seen is None else _seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, dict):
-        return sum(tensor_bytes(torch, v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(torch, v) for v in obj)
-    return sum(tensor_bytes(torch, v) for v in vars(obj).values()) if hasattr(obj, "__dict__") else 0
+        items = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    elif hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType)):
+        items = vars(obj).values()
+    else:
+        return 0
+    return sum(tensor_bytes(torch, v, seen) for v in items)
 
 
 def document_end_bounds(doc_lengths) -> np.ndarray:

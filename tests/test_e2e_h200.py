@@ -98,3 +98,15 @@ def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
     assert [c["best_peer"] for c in merged["bar"]["configs"]] == ["flex", "flex"]
     assert merged["bar"]["all_at_least_best_peer"] is False
     assert json.loads((tmp_path / "all.json").read_text())["bar"] == merged["bar"]
+
+
+def test_mask_bytes_count_each_tensor_once_and_survive_reference_cycles():
+    torch = __import__("pytest").importorskip("torch")
+
+    class Plan:
+        pass
+
+    plan = Plan()
+    t = torch.zeros(10, dtype=torch.int32)
+    plan.tensors, plan.again, plan.me, plan.module = {"a": t, "b": [t, torch.zeros(3)]}, t, plan, torch
+    assert attention.tensor_bytes(torch, plan) == 40 + 12
