@@ -681,6 +681,28 @@ def make_report(torch, argv, plan, dtype, results, scale_rows, t_start, smoke) -
     }
 
 
+def write_report(report: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def make_impls(torch, config: Config, names, dtype, log) -> list:
+    """The attentions of `names` that `config` runs (ours and its peers) and that load here."""
+    shape, impls = config.shape, []
+    for name in names:
+        if name != "flashmask" and name not in config.peers:
+            continue
+        try:
+            impls.append(make_attention(torch, name, heads=shape.heads, heads_k=shape.kv_heads,
+                                        head_dim=shape.head_dim, dtype=dtype))
+        except Exception as exc:  # a peer not installed here (or FlexAttention on a CPU)
+            log(f"{config.name}: {name} unavailable: {type(exc).__name__}: {exc}"[:200])
+    dense = next((i for i in impls if i.name == "dense"), None)
+    if dense is not None and torch.cuda.is_available():
+        pick_dense_backend(torch, dense, log)
+    return impls
+
+
 def merge(paths, out: Path, plot_png: bool = True) -> dict:
     """One report from several runs: their configurations and scale rows in order (a later run's
     configuration of the same name replaces an earlier one), the bar over all, every run's
@@ -694,8 +716,7 @@ def merge(paths, out: Path, plot_png: bool = True) -> dict:
     merged["runs"] = [{k: r.get(k) for k in ("command", "commit", "date", "device", "wall_s")} for r in reports]
     merged["command"] = "python benchmarks/e2e_h200.py --merge " + " ".join(str(p) for p in paths)
     merged["bar"] = bar_check(merged["results"], merged["scale_rows"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(merged, indent=1) + "\n")
+    write_report(merged, out)
     if plot_png:
         plot(merged, out.with_suffix(".png"))
     print(table(merged["results"], merged["scale_rows"]))
@@ -762,44 +783,32 @@ def main(argv=None) -> int:
 
     results, scale_rows = [], []
 
-    def save(*_):
-        report = make_report(torch, argv, plan, dtype, results + pending, scale_rows, t_start, args.smoke)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    def save(partial=None) -> dict:
+        """The report so far, on disk (a run cut off by a time limit keeps what it measured)."""
+        report = make_report(torch, argv, plan, dtype, results + ([partial] if partial else []), scale_rows,
+                             t_start, args.smoke)
+        write_report(report, args.out)
+        return report
 
-    pending = []
+    def save_scale(rows):
+        scale_rows[:] = rows
+        save()
+
     if args.scale != "only":
         for config in configs.values():
-            shape = config.shape
-            impls = []
-            for name in args.impls:
-                if name != "flashmask" and name not in config.peers:
-                    continue
-                try:
-                    impls.append(make_attention(torch, name, heads=shape.heads, heads_k=shape.kv_heads,
-                                                head_dim=shape.head_dim, dtype=dtype))
-                except Exception as exc:  # a peer not installed here (or FlexAttention on a CPU)
-                    log(f"{config.name}: {name} unavailable: {type(exc).__name__}: {exc}"[:200])
-            if cuda and any(i.name == "dense" for i in impls):
-                pick_dense_backend(torch, next(i for i in impls if i.name == "dense"), log)
+            impls = make_impls(torch, config, args.impls, dtype, log)
             log(f"{config.name}: {config.seqlen // 1024}K rows, {max(1, config.tokens_per_step // config.seqlen)} "
-                f"per step, {shape.heads}/{shape.kv_heads} heads, {shape.layers} layers, {config.docs} documents")
-
-            def save_partial(partial):
-                pending[:] = [partial]
-                save()
+                f"per step, {config.shape.heads}/{config.shape.kv_heads} heads, {config.shape.layers} layers, "
+                f"{config.docs} documents")
             results.append(run_config(torch, config, plan, impls, short_lengths, device, dtype, scale, deadline,
-                                      log, save_partial))
-            pending.clear()
+                                      log, save))
             save()
     if args.scale != "off" and time.monotonic() < deadline:
         seqlens = args.scale_seqlens or ([4096, 8192] if args.smoke else list(SCALE_ROWS))
         heads = (4, 2) if args.smoke else SCALE_HEADS
-        run_scale(torch, args.impls, device, dtype, log, lambda rows: (scale_rows.__setitem__(slice(None), rows), save()),
-                  seqlens=seqlens, heads=heads, head_dim=16 if args.smoke else 128, scale=scale)
-    report = make_report(torch, argv, plan, dtype, results, scale_rows, t_start, args.smoke)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+        run_scale(torch, args.impls, device, dtype, log, save_scale, seqlens=seqlens, heads=heads,
+                  head_dim=16 if args.smoke else 128, scale=scale)
+    report = save()
     if not args.no_plot:
         plot(report, args.out.with_suffix(".png"))
     print(table(results, scale_rows))
