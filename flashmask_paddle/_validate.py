@@ -77,11 +77,27 @@ def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int], v_shape: Sequence[
             raise TypeError(f"{arg} dtype must equal query dtype {names['query']}, got {names[arg]}")
     pairs = capabilities.head_dims
     if pairs is not None and (q[3], v[3]) not in pairs:
-        listed = ", ".join(f"({d}, {dv})" for d, dv in pairs)
-        raise ValueError(f"(query head_dim, value head_dim) must be one of {listed} on "
+        raise ValueError(f"(query head_dim, value head_dim) must be {describe_head_dims(pairs)} on "
                          f"{capabilities.device}, got ({q[3]}, {v[3]}); the CPU kernels take any head dims")
     return Dims(batch=q[0], seqlen_q=q[1], seqlen_k=k[1], heads_q=q[2], heads_k=k[2], head_dim=q[3],
                 head_dim_v=v[3])
+
+
+def describe_head_dims(pairs) -> str:
+    """The supported (D, Dv) pairs in words: a rule where they are every pair of one arithmetic
+    range (the CUDA kernels: each a multiple of 8 from 32 to 256), else the list.
+
+    >>> describe_head_dims([(d, dv) for d in (32, 40, 48) for dv in (32, 40, 48)])
+    'each a multiple of 8 from 32 to 48'
+    >>> describe_head_dims([(64, 64), (128, 128)])
+    'one of (64, 64), (128, 128)'
+    """
+    dims = sorted({d for pair in pairs for d in pair})
+    step = dims[1] - dims[0] if len(dims) > 1 else 0
+    if (len(dims) > 1 and dims == list(range(dims[0], dims[-1] + 1, step)) and dims[0] % step == 0
+            and set(pairs) == {(a, b) for a in dims for b in dims}):
+        return f"each a multiple of {step} from {dims[0]} to {dims[-1]}"
+    return "one of " + ", ".join(f"({d}, {dv})" for d, dv in pairs)
 
 
 def check_indices_layout(shape: Sequence[int], dtype, dims: Dims, causal: bool) -> None:

@@ -12,7 +12,9 @@ FORMS = [(True, 0), (False, 0), (True, 1), (True, 2), (False, 2), (False, 4)]
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # short names accepted
 CPU_DTYPES = ("float32", "float16", "bfloat16")
 CUDA_DTYPES = ("float16", "bfloat16")
-CUDA_HEAD_DIMS = (64, 128, 256)
+CUDA_HEAD_DIMS = (64, 128, 256)  # the instantiations (and the Hopper kernels' D = Dv)
+# Every D and Dv the CUDA kernels take: multiples of 8 from 32 to 256 (flashmask/check.h).
+CUDA_ANY_HEAD_DIMS = tuple(range(32, 257, 8))
 
 
 def form_id(form) -> str:
@@ -40,12 +42,16 @@ class Case:
     deterministic: bool = False
     seed: int = 0
     indices: np.ndarray | None = None  # int32 [B, Hm, Sk, C]
+    head_dim_v: int | None = None  # Dv of value and out; None: head_dim
 
     def __post_init__(self):
         self.dtype = DTYPE_NAMES.get(self.dtype, self.dtype)
         if self.indices is not None:
             self.columns = int(self.indices.shape[-1])
             self.mask_heads = int(self.indices.shape[1])
+
+    def dv(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
     def hm(self) -> int:
         if isinstance(self.mask_heads, int):
@@ -60,7 +66,7 @@ class Case:
 
     def __str__(self) -> str:
         return (f"B={self.batch} Sq={self.seqlen_q} Sk={self.seqlen_k} Hq={self.heads_q} Hk={self.heads_k} "
-                f"Hm={self.hm() if self.columns else 0} D={self.head_dim} {self.dtype} causal={self.causal} "
+                f"Hm={self.hm() if self.columns else 0} D={self.head_dim} Dv={self.dv()} {self.dtype} causal={self.causal} "
                 f"C={self.columns} scale={self.softmax_scale} masked_rows={self.masked_rows} "
                 f"deterministic={self.deterministic} seed={self.seed}")
 
@@ -128,13 +134,16 @@ def random_case(rng: np.random.Generator, device: str = "cpu", max_len: int = 15
     heads_k = int(rng.integers(1, 4))
     cuda = device == "cuda"
     causal, columns = FORMS[int(rng.integers(len(FORMS)))]
+    batch = int(rng.integers(1, 3))
+    seqlen_q, seqlen_k = int(rng.integers(1, max_len + 1)), int(rng.integers(1, max_len + 1))
+    heads_q = heads_k * int(rng.choice([1, 2, 4]))
+    head_dim, head_dim_v = int(rng.choice(CUDA_HEAD_DIMS if cuda else (8, 16, 40, 64))), None
+    if cuda and rng.random() < 0.25:  # any supported D and Dv: the portable kernels, padded
+        head_dim = int(rng.choice(CUDA_ANY_HEAD_DIMS))
+        head_dim_v = int(rng.choice(CUDA_ANY_HEAD_DIMS)) if rng.random() < 0.5 else None
     return Case(
-        batch=int(rng.integers(1, 3)),
-        seqlen_q=int(rng.integers(1, max_len + 1)),
-        seqlen_k=int(rng.integers(1, max_len + 1)),
-        heads_k=heads_k,
-        heads_q=heads_k * int(rng.choice([1, 2, 4])),
-        head_dim=int(rng.choice(CUDA_HEAD_DIMS if cuda else (8, 16, 40, 64))),
+        batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_k=heads_k, heads_q=heads_q,
+        head_dim=head_dim, head_dim_v=head_dim_v,
         causal=causal, columns=columns,
         mask_heads=str(rng.choice(["1", "hk", "hq"])),
         dtype=str(rng.choice(CUDA_DTYPES if cuda else ("float32", "float32", "float16", "bfloat16"))),

@@ -18,8 +18,8 @@ def make_inputs(rng, case: Case):
 
     q = t((case.batch, case.seqlen_q, case.heads_q, case.head_dim))
     k = t((case.batch, case.seqlen_k, case.heads_k, case.head_dim))
-    v = t((case.batch, case.seqlen_k, case.heads_k, case.head_dim))
-    dout = t((case.batch, case.seqlen_q, case.heads_q, case.head_dim))
+    v = t((case.batch, case.seqlen_k, case.heads_k, case.dv()))
+    dout = t((case.batch, case.seqlen_q, case.heads_q, case.dv()))
     return q, k, v, dout, case.bounds(rng)
 
 

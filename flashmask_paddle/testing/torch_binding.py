@@ -32,11 +32,11 @@ def make_inputs(case: Case, device="cuda"):
     g = torch.Generator(device="cpu").manual_seed(case.seed)
     dt = getattr(torch, case.dtype)
 
-    def rnd(s, h):
-        return torch.randn(case.batch, s, h, case.head_dim, generator=g).to(dt).to(device)
+    def rnd(s, h, d):
+        return torch.randn(case.batch, s, h, d, generator=g).to(dt).to(device)
 
-    q, k, v = rnd(case.seqlen_q, case.heads_q), rnd(case.seqlen_k, case.heads_k), rnd(case.seqlen_k, case.heads_k)
-    dout = rnd(case.seqlen_q, case.heads_q)
+    q, k = rnd(case.seqlen_q, case.heads_q, case.head_dim), rnd(case.seqlen_k, case.heads_k, case.head_dim)
+    v, dout = rnd(case.seqlen_k, case.heads_k, case.dv()), rnd(case.seqlen_q, case.heads_q, case.dv())
     return q, k, v, dout
 
 

@@ -36,10 +36,13 @@ int fm_supported_dtypes(int32_t cuda, int32_t* codes, int32_t capacity) {
 int fm_supported_head_dims(int32_t cuda, int32_t* head_dim, int32_t* head_dim_v, int32_t capacity) {
   if (!cuda) return -1;
   if (head_dim == nullptr || head_dim_v == nullptr) capacity = 0;
-  return write_list(flashmask::kCudaHeadDims, capacity, [&](int32_t i, flashmask::HeadDims d) {
+  const int32_t n = flashmask::kCudaHeadDimCount * flashmask::kCudaHeadDimCount;
+  for (int32_t i = 0; i < std::min(n, capacity); ++i) {
+    const flashmask::HeadDims d = flashmask::cuda_head_dims_pair(i);
     head_dim[i] = d.qk;
     head_dim_v[i] = d.v;
-  });
+  }
+  return n;
 }
 
 }  // extern "C"

@@ -48,10 +48,11 @@ __global__ void __launch_bounds__(Tr::kThreads) convert_dq_kernel(const BwdParam
   __syncthreads();
   Element* dq = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
                 hq * p.dq.head_stride;
-  constexpr int kChunksPerRow = kD * int(sizeof(Element)) / 16;
+  // dQ's D columns (kD or fewer: the kernel's columns past D hold zeros and are not stored).
+  const int chunks_per_row = p.head_dim * int(sizeof(Element)) / 16;
   const int rows = min(kBlockM, p.seqlen_q - m0);
-  for (int idx = tid; idx < rows * kChunksPerRow; idx += kThreads) {
-    const int r = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+  for (int idx = tid; idx < rows * chunks_per_row; idx += kThreads) {
+    const int r = idx / chunks_per_row, chunk = idx % chunks_per_row;
     *reinterpret_cast<uint4*>(dq + int64_t(r) * p.dq.row_stride + chunk * 8) =
         *reinterpret_cast<const uint4*>(tile_s + r * kPitch + chunk * 8);
   }

@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
   {
     Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.q.row_stride, _1{}));
     Tensor gdO = make_tensor(make_gmem_ptr(do_ptr), Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.dout.row_stride, _1{}));
-    load_rows_async<Tr>(gQ, sQ, m_valid, tid);
-    load_rows_async<Tr>(gdO, sdO, m_valid, tid);
+    load_rows_async<Tr>(gQ, sQ, m_valid, p.head_dim, tid);
+    load_rows_async<Tr>(gdO, sdO, m_valid, p.head_dim_v, tid);
     cute::cp_async_fence();
   }
   const int64_t row_base = (int64_t(b) * p.heads_q + hq) * ws.seqlen_q_pad + m0;
@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
                             make_stride(p.k.row_stride, _1{}));
     Tensor gV = make_tensor(make_gmem_ptr(v_head + int64_t(n0) * p.v.row_stride), Shape<Int<kBlockN>, Int<kD>>{},
                             make_stride(p.v.row_stride, _1{}));
-    load_rows_async<Tr>(gK, sK, n_valid, tid);
-    load_rows_async<Tr>(gV, sV, n_valid, tid);
+    load_rows_async<Tr>(gK, sK, n_valid, p.head_dim, tid);
+    load_rows_async<Tr>(gV, sV, n_valid, p.head_dim_v, tid);
     cute::cp_async_fence();
     if (need_mask) load_columns<Tr>(p, slice, n0, s_col, tid);
     cute::cp_async_wait<0>();
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
   Element* dq_ptr = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
                     hq * p.dq.head_stride;
   Tensor gdQ = make_tensor(make_gmem_ptr(dq_ptr), Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.dq.row_stride, _1{}));
-  store_rows<Tr>(sQ, gdQ, m_valid, tid);
+  store_rows<Tr>(sQ, gdQ, m_valid, p.head_dim, tid);
 }
 
 }  // namespace bwd

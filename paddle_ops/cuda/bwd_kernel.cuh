@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
   {
     Tensor gK = make_tensor(make_gmem_ptr(k_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.k.row_stride, _1{}));
     Tensor gV = make_tensor(make_gmem_ptr(v_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.v.row_stride, _1{}));
-    load_rows_async<Tr>(gK, sK, n_valid, tid);
-    load_rows_async<Tr>(gV, sV, n_valid, tid);
+    load_rows_async<Tr>(gK, sK, n_valid, p.head_dim, tid);
+    load_rows_async<Tr>(gV, sV, n_valid, p.head_dim_v, tid);
     cute::cp_async_fence();
   }
 
@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
       Tensor sQs = make_tensor(make_smem_ptr(sQ_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQ{});
       Tensor sdOs = make_tensor(make_smem_ptr(sdO_ptr + stage * Tr::kQElems), typename Tr::SmemLayoutQ{});
       const int valid = p.seqlen_q - mb * kBlockM;
-      load_rows_async<Tr>(gQ, sQs, valid, tid);
-      load_rows_async<Tr>(gdO, sdOs, valid, tid);
+      load_rows_async<Tr>(gQ, sQs, valid, p.head_dim, tid);
+      load_rows_async<Tr>(gdO, sdOs, valid, p.head_dim_v, tid);
       cute::cp_async_fence();
     };
 
@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
                     hk * p.dv.head_stride;
   Tensor gdK = make_tensor(make_gmem_ptr(dk_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.dk.row_stride, _1{}));
   Tensor gdV = make_tensor(make_gmem_ptr(dv_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.dv.row_stride, _1{}));
-  store_rows<Tr>(sK, gdK, n_valid, tid);
-  store_rows<Tr>(sV, gdV, n_valid, tid);
+  store_rows<Tr>(sK, gdK, n_valid, p.head_dim, tid);
+  store_rows<Tr>(sV, gdV, n_valid, p.head_dim_v, tid);
 }
 
 }  // namespace bwd

@@ -65,7 +65,7 @@ void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream)
 #if FLASHMASK_HAS_SM90
   if (bwd_sm90_selected(params)) return run_bwd_sm90(params, ws, stream);
 #endif
-  switch (params.head_dim) {
+  switch (cuda_kernel_head_dim(params.head_dim, params.head_dim_v)) {
     case 64: bwd::run_bwd_hdim<64>(params, ws, stream); break;
     case 128: bwd::run_bwd_hdim<128>(params, ws, stream); break;
     default: bwd::run_bwd_hdim<256>(params, ws, stream); break;

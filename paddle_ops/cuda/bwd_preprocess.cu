@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "flashmask/check.h"
 #include "utils.cuh"
 
 namespace flashmask {
@@ -46,7 +47,7 @@ __global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
                  h * p.out.head_stride;
     const T* d = static_cast<const T*>(p.dout.data) + b * p.dout.batch_stride +
                  row * p.dout.row_stride + h * p.dout.head_stride;
-    for (int c = lane * 8; c < p.head_dim; c += 32 * 8) {
+    for (int c = lane * 8; c < p.head_dim_v; c += 32 * 8) {  // O and dO have Dv columns
       float fo[8], fd[8];
       Pack8<T>::to_float(*reinterpret_cast<const uint4*>(o + c), fo);
       Pack8<T>::to_float(*reinterpret_cast<const uint4*>(d + c), fd);
@@ -64,8 +65,9 @@ __global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
     ws.lse_log2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
   if (ws.dq_accum) {
-    float4* acc = reinterpret_cast<float4*>(ws.dq_accum + r * p.head_dim);
-    for (int c = lane; c < p.head_dim / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int cols = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);  // the accumulator's row (bwd_workspace.h)
+    float4* acc = reinterpret_cast<float4*>(ws.dq_accum + r * cols);
+    for (int c = lane; c < cols / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 

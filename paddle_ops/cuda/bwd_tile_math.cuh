@@ -51,33 +51,51 @@ __device__ __forceinline__ void gemm_ss(Acc& acc, const SA& sA, const SB& sB, co
   }
 }
 
-// cp.async a [rows, D] tile whose first `valid_rows` rows exist; the rest of the tile is zero-filled
-// so padding rows contribute exact zeros (never stale shared memory, which could hold NaN bits).
+// Global -> shared [rows, kD] tile by cp.async, 16 bytes per thread: rows below `valid_rows` and,
+// of those, the columns below `valid_cols` (D or Dv when the kernel's kD columns are more:
+// cuda_kernel_head_dim) are read; the rest is zero-filled, so that the GEMMs see zeros, never
+// garbage or another row's data.
 template <typename Tr, typename GTensor, typename STensor>
-__device__ __forceinline__ void load_rows_async(const GTensor& g, STensor& s, int valid_rows, int tid) {
+__device__ __forceinline__ void load_rows_async(const GTensor& g, STensor& s, int valid_rows, int valid_cols,
+                                                int tid) {
   typename Tr::GmemLoad tiled;
   auto thr = tiled.get_thread_slice(tid);
   Tensor src = thr.partition_S(g);
   Tensor dst = thr.partition_D(s);
   Tensor coord = thr.partition_S(make_identity_tensor(shape(g)));
+  const bool all_cols = valid_cols >= int(size<1>(g));
   CUTE_UNROLL
   for (int m = 0; m < size<1>(dst); ++m) {
-    if (get<0>(coord(0, m, 0)) < valid_rows) cute::copy(tiled, src(_, m, _), dst(_, m, _));
-    else cute::clear(dst(_, m, _));
+    if (get<0>(coord(0, m, 0)) >= valid_rows) {
+      cute::clear(dst(_, m, _));
+    } else if (all_cols) {
+      cute::copy(tiled, src(_, m, _), dst(_, m, _));
+    } else {
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(dst); ++k) {
+        if (get<1>(coord(0, m, k)) < valid_cols) cute::copy(tiled, src(_, m, k), dst(_, m, k));
+        else cute::clear(dst(_, m, k));
+      }
+    }
   }
 }
 
-// Store the first `valid_rows` rows of a shared [rows, D] tile to global memory, 16 bytes per thread.
+// Store the first `valid_rows` rows and `valid_cols` columns of a shared [rows, kD] tile to global
+// memory, 16 bytes per thread.
 template <typename Tr, typename STensor, typename GTensor>
-__device__ __forceinline__ void store_rows(const STensor& s, GTensor& g, int valid_rows, int tid) {
+__device__ __forceinline__ void store_rows(const STensor& s, GTensor& g, int valid_rows, int valid_cols, int tid) {
   typename Tr::GmemStore tiled;
   auto thr = tiled.get_thread_slice(tid);
   Tensor src = thr.partition_S(s);
   Tensor dst = thr.partition_D(g);
   Tensor coord = thr.partition_D(make_identity_tensor(shape(g)));
   CUTE_UNROLL
-  for (int m = 0; m < size<1>(dst); ++m)
-    if (get<0>(coord(0, m, 0)) < valid_rows) cute::copy(tiled, src(_, m, _), dst(_, m, _));
+  for (int m = 0; m < size<1>(dst); ++m) {
+    if (get<0>(coord(0, m, 0)) >= valid_rows) continue;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(dst); ++k)
+      if (get<1>(coord(0, m, k)) < valid_cols) cute::copy(tiled, src(_, m, k), dst(_, m, k));
+  }
 }
 
 // Cast an fp32 accumulator to Element (packed cvt, two values per instruction) and write it into a

@@ -22,9 +22,5 @@ constexpr TileShape tile_shape(int head_dim) {
   return head_dim == 64 ? TileShape{128, 128, 2} : head_dim == 128 ? TileShape{64, 128, 2} : TileShape{64, 64, 1};
 }
 
-constexpr bool supported_head_dim(int head_dim) {
-  return head_dim == 64 || head_dim == 128 || head_dim == 256;
-}
-
 }  // namespace bwd
 }  // namespace flashmask

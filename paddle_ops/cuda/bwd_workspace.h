@@ -6,7 +6,8 @@
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
 //   bounds    BlockBounds [slices, n_blocks] per key block min/max of the four column bounds, built
 //             by preprocess.cuh's launch_block_bounds (shared with the forward) at block_n
-//   dq_accum  float [B, Hq, Sq_pad, D]  fp32 dQ (atomic mode only; absent when deterministic). Each
+//   dq_accum  float [B, Hq, Sq_pad, Dk]  fp32 dQ over the kernel's Dk columns (cuda_kernel_head_dim;
+//             atomic mode only, absent when deterministic). Each
 //             block_m x D tile is stored in MMA-thread order, not row-major (dq_accum_index in
 //             bwd_tile_math.cuh), so every warp's atomicAdd covers one contiguous span;
 //             bwd_convert_dq.cuh maps it back.
@@ -16,6 +17,7 @@
 #include <cstdint>
 
 #include "flashmask/block.h"
+#include "flashmask/check.h"
 #include "flashmask/params.h"
 #include "bwd_tile_shape.h"
 #include "preprocess.cuh"
@@ -37,7 +39,8 @@ inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
 // Lays the regions out from `base` (nullptr: only count). Returns the total byte count.
 inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws) {
-  const TileShape t = tile_shape(p.head_dim);
+  const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
+  const TileShape t = tile_shape(kernel_dim);
   const int64_t sq_pad = (int64_t(p.seqlen_q) + t.block_m - 1) / t.block_m * t.block_m;
   const int64_t n_blocks = (int64_t(p.seqlen_k) + t.block_n - 1) / t.block_n;
   const int64_t rows = int64_t(p.batch) * p.heads_q * sq_pad;
@@ -54,7 +57,7 @@ inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws) {
   w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.slices = MaskSlices::of(p);
   w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, t.block_n)));
-  if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * p.head_dim * sizeof(float)));
+  if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
   if (ws) *ws = w;
   return off;
 }

@@ -110,17 +110,26 @@ __device__ __forceinline__ auto convert_to(Tensor<Engine, Layout> const& t) {
 
 // Global -> shared. With kCheckRows, only the rows below `rows_left` are read and the rows past the
 // sequence end are zero-filled, so that no garbage (possibly NaN) enters the GEMMs; without it the
-// caller guarantees a full tile.
+// caller guarantees a full tile. Columns at or past `cols` (D or Dv, where the kernel's kHeadDim
+// columns are more: cuda_kernel_head_dim) are zero-filled too.
 template <bool kCheckRows, class TiledCopy, class Src, class Dst, class Ident>
 __device__ __forceinline__ void copy_rows(TiledCopy const& tiled_copy, Src const& src, Dst& dst,
-                                          Ident const& ident, int rows_left) {
+                                          Ident const& ident, int rows_left, int cols) {
+  // This thread's chunks ascend along k: the last one inside means all are (the common case).
+  const bool all_cols = get<1>(ident(0, 0, size<2>(src) - 1)) < cols;
   CUTE_UNROLL
   for (int m = 0; m < size<1>(src); ++m) {
-    if (!kCheckRows || get<0>(ident(0, m, 0)) < rows_left) {
+    if (kCheckRows && get<0>(ident(0, m, 0)) >= rows_left) {
+      cute::clear(dst(_, m, _));
+    } else if (all_cols) {
       CUTE_UNROLL
       for (int k = 0; k < size<2>(src); ++k) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
     } else {
-      cute::clear(dst(_, m, _));
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(src); ++k) {
+        if (get<1>(ident(0, m, k)) < cols) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
+        else cute::clear(dst(_, m, k));
+      }
     }
   }
 }
@@ -287,7 +296,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // Q's load is issued before the list is read, so the two latencies overlap (the epilogue waits
   // for it even when the list is empty: sO aliases sQ).
-  copy_rows<true>(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0);
+  copy_rows<true>(gmem_copy, tQgQ, tQsQ, tQcQ, p.seqlen_q - row0, p.head_dim);
   const int count = lists.counts[2 * list];
   const int num_partial = lists.counts[2 * list + 1];
   const int32_t* entries = lists.entries + list * lists.num_n_blocks;
@@ -327,11 +336,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   auto load_k = [&](int32_t entry, auto may_be_partial) {
     const int n_block = entry_n_block(entry);
     if constexpr (decltype(may_be_partial)::value) {
-      copy_rows<true>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, p.seqlen_k - n_block * kBlockN);
+      copy_rows<true>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, p.seqlen_k - n_block * kBlockN,
+                      p.head_dim);
       if (entry_is_partial(entry) && columns != nullptr)
         load_tile_bounds<kBlockN, Traits::kNThreads>(s_bounds, columns, n_block, p.seqlen_k, tid);
     } else {
-      copy_rows<false>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, 0);
+      copy_rows<false>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, 0, p.head_dim);
     }
   };
 
@@ -346,7 +356,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     clear(acc_s);
     cp_async_wait<0>();  // K(n_block) landed
     __syncthreads();     // ... for every thread, and everyone is done with the previous V
-    copy_rows<kPartial>(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, p.seqlen_k - n_block * kBlockN);
+    copy_rows<kPartial>(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, p.seqlen_k - n_block * kBlockN,
+                        p.head_dim_v);
     cp_async_fence();
 
     gemm_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_copy_k, smem_thr_q,
@@ -426,7 +437,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   for (int m = 0; m < size<1>(tOgO); ++m) {
     if (row0 + get<0>(tOcOg(0, m, 0)) < p.seqlen_q) {
       CUTE_UNROLL
-      for (int k = 0; k < size<2>(tOgO); ++k) cute::copy(gmem_copy_o, tOrO(_, m, k), tOgO(_, m, k));
+      for (int k = 0; k < size<2>(tOgO); ++k)
+        if (get<1>(tOcOg(0, m, k)) < p.head_dim_v) cute::copy(gmem_copy_o, tOrO(_, m, k), tOgO(_, m, k));
     }
   }
 }

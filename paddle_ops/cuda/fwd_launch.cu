@@ -46,7 +46,7 @@ void check_launch(const FwdParams& p, const void* workspace) {
 }  // namespace
 
 size_t fwd_workspace_bytes_cuda(const FwdParams& p) {
-  const FwdTileSize tile = fwd_tile_size(p.head_dim, p.mask_form.has_indices());
+  const FwdTileSize tile = fwd_tile_size(cuda_kernel_head_dim(p.head_dim, p.head_dim_v), p.mask_form.has_indices());
   size_t bytes = fwd_block_lists_workspace_bytes(p, tile.block_m, tile.block_n);
 #if FLASHMASK_HAS_SM90
   bytes = std::max(bytes, fwd_sm90_workspace_bytes(p));
@@ -59,10 +59,11 @@ void run_fwd_cuda(const FwdParams& p, void* workspace, cudaStream_t stream) {
 #if FLASHMASK_HAS_SM90
   if (fwd_sm90_selected(p)) return run_fwd_sm90(p, workspace, stream);
 #endif
-  const FwdTileSize tile = fwd_tile_size(p.head_dim, p.mask_form.has_indices());
+  const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
+  const FwdTileSize tile = fwd_tile_size(kernel_dim, p.mask_form.has_indices());
   const FwdBlockLists lists = build_fwd_block_lists(p, tile.block_m, tile.block_n, workspace, stream);
   FM_DTYPE_SWITCH(p.dtype, Element, [&] {
-    FM_HEADDIM_SWITCH(p.head_dim, kHeadDim, [&] { run_fwd_hdim<Element, kHeadDim>(p, lists, stream); });
+    FM_HEADDIM_SWITCH(kernel_dim, kHeadDim, [&] { run_fwd_hdim<Element, kHeadDim>(p, lists, stream); });
   });
 }
 

@@ -47,7 +47,8 @@
     throw std::runtime_error("flashmask: CUDA kernels take float16 or bfloat16 tensors");     \
   }()
 
-// FM_HEADDIM_SWITCH(head_dim, D, ...): runs the body with constexpr int D in {64, 128, 256}.
+// FM_HEADDIM_SWITCH(head_dim, D, ...): runs the body with constexpr int D in {64, 128, 256} (the
+// kernel's columns, cuda_kernel_head_dim of the call's D and Dv).
 #define FM_HEADDIM_SWITCH(HEAD_DIM, D, ...)                                                   \
   [&] {                                                                                       \
     if ((HEAD_DIM) == 64) {                                                                   \
@@ -60,7 +61,7 @@
       constexpr static int D = 256;                                                           \
       return __VA_ARGS__();                                                                   \
     }                                                                                         \
-    throw std::runtime_error("flashmask: CUDA kernels support head_dim 64, 128 or 256, got " + \
+    throw std::runtime_error("flashmask: CUDA kernel instantiations are 64, 128 or 256 columns, got " + \
                              std::to_string(HEAD_DIM));                                       \
   }()
 

@@ -58,6 +58,20 @@ def test_head_dims(form, head_dim, dtype):
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
+@pytest.mark.parametrize("dims", [(32, 32), (40, 40), (96, 96), (136, 136), (192, 192), (248, 248),
+                                  (192, 128), (128, 64), (64, 128), (96, 40), (256, 32)],
+                         ids=lambda d: f"D{d[0]}-Dv{d[1]}")
+@pytest.mark.parametrize("form", [(True, 1), (False, 4), (True, None)], ids=form_id)
+def test_padded_head_dims_and_dv_ne_d(form, dims, deterministic):
+    """Head dims off the instantiations and Dv != D run in the portable kernel of 64, 128 or 256
+    columns that holds both, the columns past D / Dv zero-filled on load and never stored
+    (flashmask/check.h): values and gradients against fp64, GQA, Sq != Sk, both dQ modes."""
+    d, dv = dims
+    check(fuzzed_case(form, seed_offset=d * 7 + dv, seqlen_q=157, seqlen_k=211, heads_q=4, heads_k=2,
+                      head_dim=d, head_dim_v=dv, dtype="bf16", deterministic=deterministic))
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
 @pytest.mark.parametrize("form", FORMS, ids=form_id)
 def test_head_dim_256_every_form(form, deterministic):
     """Head dim 256 has its own Hopper shapes (forward 128 x 64 tiles, fwd_sm90.h; backward 64-key

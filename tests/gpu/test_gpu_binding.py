@@ -90,7 +90,8 @@ def test_fp16_matches_reference_with_gqa_and_per_head_masks():
     ("C=4 causal", ValueError, "startend_row_indices"),
     ("heads", ValueError, "head"),
     ("cpu mask", ValueError, "startend_row_indices"),
-    ("head_dim 96", ValueError, "head_dim"),
+    ("head_dim 100", ValueError, "head_dim"),  # not a multiple of 8
+    ("head_dim 264", ValueError, "head_dim"),  # past 256
 ])
 def test_bad_inputs_raise_naming_the_argument(bad, error, words):
     q, k, v = _inputs(b=1, sq=64, sk=64, hq=4, hk=2, d=64)
@@ -108,8 +109,9 @@ def test_bad_inputs_raise_naming_the_argument(bad, error, words):
         k, v = k[:, :, :1].expand(1, 64, 3, 64), v[:, :, :1].expand(1, 64, 3, 64)
     elif bad == "cpu mask":
         idx = idx.cpu()
-    elif bad == "head_dim 96":
-        q, k, v = (torch.randn(*t.shape[:3], 96, device="cuda", dtype=t.dtype) for t in (q, k, v))
+    elif bad.startswith("head_dim"):
+        d = int(bad.split()[1])
+        q, k, v = (torch.randn(*t.shape[:3], d, device="cuda", dtype=t.dtype) for t in (q, k, v))
     with pytest.raises(error) as info:
         flashmask_attention(q, k, v, idx, causal=causal)
     assert words in str(info.value)

@@ -118,8 +118,8 @@ def test_a_reused_mask_tensor_is_checked_once(monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kwargs,shapes,words", [
     (dict(dropout=0.1), (64, 64), ["dropout", "CPU"]),
-    ({}, (192, 128), ["head_dim", "(192, 128)"]),
-    ({}, (96, 96), ["head_dim", "(96, 96)"]),
+    ({}, (100, 100), ["head_dim", "(100, 100)", "multiple of 8"]),
+    ({}, (192, 264), ["head_dim", "(192, 264)", "from 32 to 256"]),
 ])
 def test_cuda_refuses_what_its_kernels_lack_with_a_clear_error(kwargs, shapes, words):
     d, dv = shapes

@@ -14,9 +14,10 @@ namespace flashmask {
 namespace sm90 {
 
 // The (dtype, head dim) pairs every sm90 kernel family is instantiated for (one *_sm90.cu each):
-// bf16 and fp16 x head_dim 64, 128, 256.
-inline bool instantiated(DType dtype, int head_dim) {
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+// bf16 and fp16 x head_dim 64, 128, 256, with Dv = D (other head dims take the portable kernels,
+// which pad them to the next of those: flashmask/check.h).
+inline bool instantiated(DType dtype, int head_dim, int head_dim_v) {
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && head_dim_v == head_dim &&
          (dtype == DType::kBFloat16 || dtype == DType::kFloat16);
 }
 

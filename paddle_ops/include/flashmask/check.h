@@ -19,19 +19,35 @@ struct ArgError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// (D, Dv) pairs and dtypes the CUDA kernels are instantiated for (paddle_ops/cuda/*hdim*.cu and
-// sm90/*_sm90.cu); the CPU kernels take any positive D, Dv and float32/float16/bfloat16.
+// What the CUDA kernels take: float16 / bfloat16, and head dims D (q, k) and Dv (v, out) each a
+// multiple of 8 (16-byte rows) from 32 to 256. A kernel is instantiated for 64, 128 and 256
+// columns (paddle_ops/cuda/*hdim*.cu, sm90/*_sm90.cu) and runs the smallest one that holds both D
+// and Dv, with the columns past them zero-filled on load and never stored; the Hopper kernels
+// take only D = Dv in {64, 128, 256} (sm90/path_sm90.h). The CPU kernels take any positive D, Dv
+// and float32 / float16 / bfloat16.
 struct HeadDims {
   int32_t qk, v;
 };
-constexpr HeadDims kCudaHeadDims[] = {{64, 64}, {128, 128}, {256, 256}};
+constexpr int32_t kCudaHeadDimMin = 32, kCudaHeadDimMax = 256, kCudaHeadDimStep = 8;
+constexpr int32_t kCudaHeadDimCount = (kCudaHeadDimMax - kCudaHeadDimMin) / kCudaHeadDimStep + 1;
 constexpr DType kCudaDTypes[] = {DType::kFloat16, DType::kBFloat16};
 constexpr DType kCpuDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
-inline bool cuda_supports_head_dims(int32_t qk, int32_t v) {
-  for (const HeadDims& d : kCudaHeadDims)
-    if (d.qk == qk && d.v == v) return true;
-  return false;
+constexpr bool cuda_supports_head_dim(int32_t d) {
+  return d >= kCudaHeadDimMin && d <= kCudaHeadDimMax && d % kCudaHeadDimStep == 0;
+}
+constexpr bool cuda_supports_head_dims(int32_t qk, int32_t v) {
+  return cuda_supports_head_dim(qk) && cuda_supports_head_dim(v);
+}
+// The i-th supported (D, Dv) pair, D major (the C ABI lists them all).
+constexpr HeadDims cuda_head_dims_pair(int32_t i) {
+  return {kCudaHeadDimMin + kCudaHeadDimStep * (i / kCudaHeadDimCount),
+          kCudaHeadDimMin + kCudaHeadDimStep * (i % kCudaHeadDimCount)};
+}
+// The columns of the CUDA kernel instantiation that runs (D, Dv): 64, 128 or 256.
+constexpr int32_t cuda_kernel_head_dim(int32_t qk, int32_t v) {
+  const int32_t d = qk > v ? qk : v;
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
 namespace detail {
@@ -97,12 +113,10 @@ inline void check_cuda_support(const FwdParams& p, const char* where) {
   require(p.dtype == DType::kFloat16 || p.dtype == DType::kBFloat16, where,
           "CUDA kernels take float16 or bfloat16, got dtype code " +
               std::to_string(static_cast<int32_t>(p.dtype)));
-  std::string dims;
-  for (const HeadDims& d : kCudaHeadDims)
-    dims += (dims.empty() ? "" : ", ") + std::string("(") + std::to_string(d.qk) + ", " + std::to_string(d.v) + ")";
   require(cuda_supports_head_dims(p.head_dim, p.head_dim_v), where,
-          "CUDA kernels take (head_dim, head_dim_v) in {" + dims + "}, got (" + std::to_string(p.head_dim) +
-              ", " + std::to_string(p.head_dim_v) + "); other head dims run on CPU");
+          "CUDA kernels take head_dim and head_dim_v each a multiple of " + std::to_string(kCudaHeadDimStep) +
+              " from " + std::to_string(kCudaHeadDimMin) + " to " + std::to_string(kCudaHeadDimMax) + ", got (" +
+              std::to_string(p.head_dim) + ", " + std::to_string(p.head_dim_v) + "); other head dims run on CPU");
   require(p.batch <= 65535 && p.heads_q <= 65535, where, "batch and heads_q must be at most 65535 on CUDA");
   require(p.dropout_p == 0.f, where,
           "dropout > 0 in training is implemented by the CPU kernels only; on CUDA use dropout=0 "
