@@ -115,21 +115,13 @@ __device__ __forceinline__ auto convert_to(Tensor<Engine, Layout> const& t) {
 template <bool kCheckRows, class TiledCopy, class Src, class Dst, class Ident>
 __device__ __forceinline__ void copy_rows(TiledCopy const& tiled_copy, Src const& src, Dst& dst,
                                           Ident const& ident, int rows_left, int cols) {
-  // This thread's chunks ascend along k: the last one inside means all are (the common case).
-  const bool all_cols = get<1>(ident(0, 0, size<2>(src) - 1)) < cols;
   CUTE_UNROLL
   for (int m = 0; m < size<1>(src); ++m) {
-    if (kCheckRows && get<0>(ident(0, m, 0)) >= rows_left) {
-      cute::clear(dst(_, m, _));
-    } else if (all_cols) {
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(src); ++k) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
-    } else {
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(src); ++k) {
-        if (get<1>(ident(0, m, k)) < cols) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
-        else cute::clear(dst(_, m, k));
-      }
+    const bool row_in = !kCheckRows || get<0>(ident(0, m, 0)) < rows_left;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(src); ++k) {
+      if (row_in && get<1>(ident(0, m, k)) < cols) cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
+      else cute::clear(dst(_, m, k));
     }
   }
 }
