@@ -85,7 +85,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
 
     Raises:
         TypeError / ValueError: a bad argument (the message names it, the expectation and what
-            came), including a GPU call with ``dropout > 0`` while training.
+            came).
 
     Examples:
         .. code-block:: python
@@ -110,9 +110,6 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     scale = _validate.check_softmax_scale(softmax_scale, dims.head_dim)
     if fixed_seed_offset is not None:
         _check_seed_offset(fixed_seed_offset)
-    if on_gpu and dropout > 0.0:  # the CUDA launchers refuse it too; say so before drawing seeds
-        raise ValueError(f"dropout={dropout} with training=True runs on CPU only so far; on GPU use "
-                         "dropout=0.0 or training=False")
 
     if window_size is not None:
         if startend_row_indices is not None:

@@ -44,8 +44,6 @@ def check_inputs(q, k, v, indices, causal, softmax_scale, block_mask=None, dropo
     capabilities = _capabilities.query(load_library().fm_path, q.is_cuda)
     dims = _validate.check_qkv(q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, capabilities)
     dropout = _validate.check_dropout(dropout, True)
-    if q.is_cuda and dropout > 0.0:
-        raise ValueError(f"dropout={dropout} runs on CPU tensors only so far; on CUDA use dropout=0.0")
     if indices is not None:
         _validate.check_indices_layout(indices.shape, indices.dtype, dims, bool(causal))
         _once(indices, (bool(causal), dims.seqlen_q), lambda: _validate.check_indices_values(

@@ -52,7 +52,7 @@ def flashmask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     for plain causal/full attention. ``block_mask``: int32 0/1 ``[B, Hm, ceil(Sq/128),
     ceil(Sk/128)]``, 0 masks a 128x128 block on top of the bounds (Paddle 3.3's meaning).
     ``softmax_scale`` defaults to ``D ** -0.5``. ``deterministic=True`` (or
-    ``FLASHMASK_DETERMINISTIC=1``) makes dq bitwise reproducible. ``dropout`` (CPU tensors): the
+    ``FLASHMASK_DETERMINISTIC=1``) makes dq bitwise reproducible. ``dropout``: the
     probability of dropping an attention weight, kept ones scaled by ``1 / (1 - dropout)``, the
     mask drawn by Philox from ``fixed_seed_offset`` (int64 ``[seed, offset]``) or from
     ``generator``; pass 0 for evaluation.

@@ -11,7 +11,7 @@
 namespace flashmask {
 namespace bwd {
 
-template <typename Tr>
+template <typename Tr, bool kDropout>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, const Workspace ws) {
   using Element = typename Tr::Element;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
@@ -100,6 +100,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
     gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_s, sQ, sK, mma_sdp, tid);
     compute_p<Tr>(acc_s, s_lse, s_col, need_mask, m0, n0, p.seqlen_k, p.causal, causal_off, scale_log2, tid);
     gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_dp, sdO, sV, mma_sdp, tid);
+    if constexpr (kDropout) {  // dS = P * (Z * dP - D), as in the dK/dV kernel
+      uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
+      tile_keep_bits<Tr>(keep, p, b, hq, m0, n0, tid);
+      apply_dropout(acc_dp, keep, p.dropout_p);
+    }
     compute_ds<Tr>(acc_s, acc_dp, s_dpsum, tid);
     store_acc<Tr>(acc_dp, sdS, mma_sdp, tid);
     __syncthreads();

@@ -12,7 +12,9 @@
 namespace flashmask {
 namespace bwd {
 
-template <typename Tr>
+// kDropout: its own instantiation (as the forward's), so that calls without dropout keep the
+// register budget they had (compiled in with a runtime branch, this kernel spilled 52 bytes at D = 128).
+template <typename Tr, bool kDropout>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p, const Workspace ws) {
   using Element = typename Tr::Element;
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
@@ -135,8 +137,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
       gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_s, sQ, sK, mma_sdp, tid);
       compute_p<Tr>(acc_s, s_lse, s_col, need_mask, m * kBlockM, n0, p.seqlen_k, p.causal, causal_off, scale_log2,
                     tid);
-      store_acc<Tr>(acc_s, sP, mma_sdp, tid);  // overlaps the dP GEMM
+      // Dropout (Z = keep / (1 - p)): dV takes P * Z, dS = P * (Z * dP - D).
+      uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
+      if constexpr (kDropout) {
+        tile_keep_bits<Tr>(keep, p, b, hq, m * kBlockM, n0, tid);
+        Tensor p_kept = make_fragment_like(acc_s);
+        cute::copy(acc_s, p_kept);
+        apply_dropout(p_kept, keep, p.dropout_p);
+        store_acc<Tr>(p_kept, sP, mma_sdp, tid);
+      } else {
+        store_acc<Tr>(acc_s, sP, mma_sdp, tid);  // overlaps the dP GEMM
+      }
       gemm_ss<typename Tr::LdsmN, typename Tr::LdsmN>(acc_dp, sdO, sV, mma_sdp, tid);
+      if constexpr (kDropout) apply_dropout(acc_dp, keep, p.dropout_p);
       compute_ds<Tr>(acc_s, acc_dp, s_dpsum, tid);
       store_acc<Tr>(acc_dp, sdS, mma_sdp, tid);
       __syncthreads();

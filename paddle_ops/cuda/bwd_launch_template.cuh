@@ -25,7 +25,7 @@ void set_smem_limit(Kernel kernel, int bytes) {
 // The deterministic dQ kernel (bwd_dq_kernel.cuh); also run after the Hopper dK/dV kernel.
 template <typename Tr>
 void launch_deterministic_dq(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
-  auto dq = dq_kernel<Tr>;
+  auto dq = p.dropout_p > 0.f ? dq_kernel<Tr, true> : dq_kernel<Tr, false>;
   set_smem_limit(dq, Tr::kSmemDq);
   const int m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
   dq<<<dim3(m_blocks, p.heads_q, p.batch), Tr::kThreads, Tr::kSmemDq, stream>>>(p, ws);
@@ -38,7 +38,7 @@ void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream)
   launch_prepare_rows(p, ws, stream);
   launch_block_bounds(p, Tr::kBlockN, ws.bounds, stream);  // preprocess.cuh, shared with the forward
 
-  auto dkdv = dkdv_kernel<Tr>;
+  auto dkdv = p.dropout_p > 0.f ? dkdv_kernel<Tr, true> : dkdv_kernel<Tr, false>;
   set_smem_limit(dkdv, Tr::kSmemDkdv);
   dkdv<<<key_block_grid(p, ws), Tr::kThreads, Tr::kSmemDkdv, stream>>>(p, ws);
   FM_CHECK_LAUNCH("dkdv_kernel");

@@ -1,6 +1,6 @@
 // Device building blocks shared by the dK/dV kernel (bwd_kernel.cuh) and the deterministic dQ kernel
 // (bwd_dq_kernel.cuh): tile loads and stores, the shared-memory GEMM, and the one place that turns
-// S and dP into P and dS (with the element mask on partial tiles).
+// S and dP into P and dS (with the element mask on partial tiles, and dropout's keep factors).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,6 +15,7 @@
 #include "bwd_tile_range.cuh"
 #include "bwd_traits.cuh"
 #include "bwd_workspace.h"
+#include "dropout_tile.cuh"
 #include "utils.cuh"
 
 namespace flashmask {
@@ -220,6 +221,16 @@ __device__ __forceinline__ void compute_ds(const Acc& acc_p, Acc& acc_dp, const 
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(dp); ++ni) dp(mi, ni) = p(mi, ni) * (dp(mi, ni) - dpsum);
   }
+}
+
+// Dropout's keep bits (dropout_tile.cuh) of this thread's values of tile (m0, n0) of query head hq.
+template <typename Tr, int kWords>
+__device__ __forceinline__ void tile_keep_bits(uint32_t (&keep)[kWords], const BwdParams& p, int b, int hq, int m0,
+                                               int n0, int tid) {
+  typename Tr::MmaSdP mma;
+  Tensor coord = mma.get_thread_slice(tid).partition_C(
+      make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
+  dropout_keep_bits(keep, coord, m0, n0, b, hq, p);
 }
 
 template <typename Acc>

@@ -20,6 +20,7 @@
 
 #include "flashmask/mask.h"
 #include "flashmask/params.h"
+#include "dropout_tile.cuh"
 #include "fwd_launch.h"
 #include "preprocess.cuh"
 #include "tile_size.h"
@@ -231,7 +232,10 @@ __device__ __forceinline__ void softmax_step(Scores& scores, RowStat& row_max, R
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <class Traits>
+// kDropout: a separate instantiation, so that the dropout code (a Philox call per pair of values)
+// adds no register pressure to calls without it (compiled into one kernel with a runtime branch,
+// ptxas spill loads of the D = 128 kernels grew from 184 / 484 to 352 / 1016 bytes).
+template <class Traits, bool kDropout>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     fwd_kernel(const FwdParams p, const FwdBlockLists lists, const MaskSlices slices) {
   using Element = typename Traits::Element;
@@ -340,7 +344,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   // One key block: S = Q K^T, element mask if kPartial, online softmax, O += P V. The next entry
   // is read one iteration ahead so its load latency hides behind the GEMM.
   int32_t entry = count > 0 ? entries[0] : 0;
-  auto step = [&](int i, auto partial_tag) {
+  auto step = [&](int i, auto partial_tag) __attribute__((always_inline)) {
     constexpr bool kPartial = decltype(partial_tag)::value;
     const int n_block = entry_n_block(entry);
     const int32_t next_entry = i + 1 < count ? entries[i + 1] : 0;
@@ -371,6 +375,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
     }
 
     softmax_step(scores, row_max, row_sum, acc_o_rc, scale_log2);
+    if constexpr (kDropout) {  // after the row sums, which normalise with every weight
+      uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
+      dropout_keep_bits(keep, tScS, row0, n_block * kBlockN, b, head, p);
+      apply_dropout(acc_s, keep, p.dropout_p);
+    }
     Tensor probs = convert_to<Element>(acc_s);
     Tensor tOrP = make_tensor(probs.data(), acc_as_a_operand(probs.layout()));
     gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
@@ -437,11 +446,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
 }  // namespace fwd
 
-// Launches fwd_kernel<Traits> on lists built with Traits' block_m x block_n.
+// Launches fwd_kernel<Traits, dropout or not> on lists built with Traits' block_m x block_n.
 template <class Traits>
 void launch_fwd_kernel(const FwdParams& p, const FwdBlockLists& lists, cudaStream_t stream) {
   if (lists.num_m_blocks == 0 || p.batch == 0 || p.heads_q == 0) return;
-  auto kernel = &fwd::fwd_kernel<Traits>;
+  auto kernel = p.dropout_p > 0.f ? &fwd::fwd_kernel<Traits, true> : &fwd::fwd_kernel<Traits, false>;
   constexpr int smem_bytes = Traits::kSmemBytes;
   if (smem_bytes > 48 * 1024) {
     FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));

@@ -116,8 +116,54 @@ def test_a_reused_mask_tensor_is_checked_once(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("path", ["sm80", "sm90"])
+def test_cuda_dropout_keeps_exactly_the_philox_pattern(monkeypatch, path):
+    """q = 0 (uniform weights) and one-hot values (Dv = Sk = 64): out[b, i, h, j] = Z_bhij / Sk spells
+    out the keep mask element by element, the same elements as the CPU kernels' (one Philox stream,
+    flashmask/dropout.h). Dropout runs on the portable kernels, also where sm90 is forced."""
+    from philox_numpy import keep_mask
+
+    monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
+    rng = np.random.default_rng(SEED)
+    b, sq, sk, hq, hk, p = 2, 70, 64, 4, 2, 0.3
+    seed, offset = (int(x) for x in rng.integers(0, 2 ** 62, 2))
+    q = torch.zeros(b, sq, hq, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hk, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.eye(sk, device="cuda", dtype=torch.bfloat16)[None, :, None, :].expand(b, sk, hk, sk).contiguous()
+    out = flashmask_attention(q, k, v, dropout=p, fixed_seed_offset=torch.tensor([seed, offset], dtype=torch.int64))
+    got = out.float().cpu().numpy().transpose(0, 2, 1, 3)  # [B, Hq, Sq, Sk]
+    pf = float(np.float32(p))
+    keep = keep_mask(seed, offset, b, hq, sq, sk, pf)
+    np.testing.assert_array_equal(got > 0, keep)
+    np.testing.assert_allclose(got[keep], 1.0 / ((1 - pf) * sk), rtol=1e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
+@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (256, 256), (96, 40)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
+@pytest.mark.parametrize("form", [(True, 1), (False, 4)])
+def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, deterministic):
+    """Forward and gradients with dropout on CUDA against fp64 with the same keep mask (Z = keep /
+    (1 - p)): every head-dim instantiation and a padded one with Dv != D, GQA, Sq != Sk, masks with
+    partial tiles, both dQ modes."""
+    from philox_numpy import keep_mask
+
+    rng = np.random.default_rng(SEED + dims[0] + dims[1])
+    (d, dv), (b, sq, sk, hq, hk, p) = dims, (2, 157, 211, 4, 2, 0.2)
+    q, k, v, dout = _inputs(rng, b, sq, sk, hq, hk, d, dv, torch.bfloat16, "cuda")
+    idx = fuzz_bounds(rng, form, b, hk, sq, sk)
+    seed, offset = (int(x) for x in rng.integers(0, 2 ** 62, 2))
+    got = _run(q, k, v, dout, torch.from_numpy(idx).cuda(), causal=form[0], dropout=p, deterministic=deterministic,
+               fixed_seed_offset=torch.tensor([seed, offset], dtype=torch.int64))
+    pf = float(np.float32(p))
+    z = keep_mask(seed, offset, b, hq, sq, sk, pf) / (1 - pf)
+    visible = reference.visible_pairs(idx, form[0], sq, sk)
+    bad = failures(compare(got, _reference(q, k, v, dout, visible, got[0], dropout_scale=z)))
+    assert not bad, f"form={form} dims={dims} deterministic={deterministic} seed={SEED}: {bad}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kwargs,shapes,words", [
-    (dict(dropout=0.1), (64, 64), ["dropout", "CPU"]),
     ({}, (100, 100), ["head_dim", "(100, 100)", "multiple of 8"]),
     ({}, (192, 264), ["head_dim", "(192, 264)", "from 32 to 256"]),
 ])

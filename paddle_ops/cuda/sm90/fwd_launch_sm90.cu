@@ -40,7 +40,9 @@ int sm90::fwd_block_m(const FwdParams& p) {
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {
-  const bool supported = sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.seqlen_k > 0;
+  // Dropout runs on the portable kernels only (dropout_tile.cuh).
+  const bool supported =
+      sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.seqlen_k > 0 && p.dropout_p == 0.f;
   // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (sm90/DESIGN_forward.md).
   constexpr bool kDefaultOn = true;
   const int forced = sm90::forced_path();

@@ -118,9 +118,6 @@ inline void check_cuda_support(const FwdParams& p, const char* where) {
               " from " + std::to_string(kCudaHeadDimMin) + " to " + std::to_string(kCudaHeadDimMax) + ", got (" +
               std::to_string(p.head_dim) + ", " + std::to_string(p.head_dim_v) + "); other head dims run on CPU");
   require(p.batch <= 65535 && p.heads_q <= 65535, where, "batch and heads_q must be at most 65535 on CUDA");
-  require(p.dropout_p == 0.f, where,
-          "dropout > 0 in training is implemented by the CPU kernels only; on CUDA use dropout=0 "
-          "(or training=False)");
 }
 
 }  // namespace flashmask
