@@ -2,9 +2,10 @@
 
     compute-sanitizer --tool memcheck python3 tools/device/sanitize_case.py
 
-Short odd lengths, every (causal, C) form, GQA, Sq != Sk, a fully masked stretch, both dtypes and
-the deterministic backward: each edge path of the kernels runs at least once. Every case is also
-checked against the fp64 reference, so the script proves the kernels ran (exit 1 otherwise).
+Short odd lengths, every (causal, C) form, GQA, Sq != Sk, a fully masked stretch, both dtypes, the
+deterministic backward, padded head dims with Dv != D and dropout: each edge path of the kernels
+runs at least once. Every case is also checked against the fp64 reference (dropout: with the same
+Philox keep mask), so the script proves the kernels ran (exit 1 otherwise).
 """
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # philox_numpy: the keep mask, independently of the kernels
 
+from flashmask_paddle import reference  # noqa: E402
 from flashmask_paddle.testing.cases import FORMS, Case, random_bounds  # noqa: E402
-from flashmask_paddle.testing.torch_binding import check  # noqa: E402
+from flashmask_paddle.testing.tolerance import compare, failures  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check, make_inputs  # noqa: E402
 
 
 def cases():
@@ -37,14 +41,54 @@ def cases():
     dead[..., 0], dead[..., 1] = 30, 100  # rows [30, 100) see nothing
     yield Case(batch=1, seqlen_q=150, seqlen_k=150, heads_q=2, heads_k=2, head_dim=128, dtype="bf16",
                causal=False, indices=dead, seed=99)
+    for i, (d, dv) in enumerate([(96, 40), (192, 128), (40, 256)]):  # padded columns, Dv != D
+        yield Case(batch=1, seqlen_q=131, seqlen_k=75, heads_q=4, heads_k=2, head_dim=d, head_dim_v=dv,
+                   dtype="bf16", causal=i % 2 == 0, indices=random_bounds(rng, FORMS[i], 1, 2, 131, 75),
+                   seed=200 + i, deterministic=i == 1)
+
+
+def check_dropout(case: Case, p: float = 0.25, device: str = "cuda") -> dict:
+    """`case` with dropout at a fixed seed: forward and gradients against fp64 with the keep mask."""
+    import torch
+    from philox_numpy import keep_mask
+
+    from flashmask_paddle.torch import flashmask_attention
+
+    indices = case.bounds(np.random.default_rng(case.seed))
+    q, k, v, dout = make_inputs(case, device)
+    seed_offset = torch.tensor([12345 + case.seed, 678], dtype=torch.int64)
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    idx = None if indices is None else torch.from_numpy(np.ascontiguousarray(indices)).to(device)
+    out, lse = flashmask_attention(q, k, v, idx, causal=case.causal, dropout=p, fixed_seed_offset=seed_offset,
+                                   return_softmax_lse=True, deterministic=case.deterministic)
+    out.backward(dout)
+    got = tuple(t.detach().double().cpu().numpy() for t in (out, lse, q.grad, k.grad, v.grad))
+    pf = float(np.float32(p))
+    z = keep_mask(12345 + case.seed, 678, case.batch, case.heads_q, case.seqlen_q, case.seqlen_k, pf) / (1 - pf)
+    q64, k64, v64, do64 = (t.detach().double().cpu().numpy() for t in (q, k, v, dout))
+    visible = reference.visible_pairs(indices, case.causal, case.seqlen_q, case.seqlen_k)
+    ref_out, ref_lse = reference.attention_forward(q64, k64, v64, visible, dropout_scale=z)
+    grads = reference.attention_backward(q64, k64, v64, visible, do64, out=got[0], dropout_scale=z)
+    err = compare(got, (ref_out, ref_lse) + grads)
+    bad = failures(err)
+    assert not bad, f"{case} dropout {p}: {', '.join(bad)}"
+    return err
+
+
+def dropout_cases():
+    rng = np.random.default_rng(4321)
+    for i, (d, dv) in enumerate([(128, 128), (96, 64)]):
+        yield Case(batch=2, seqlen_q=97, seqlen_k=143, heads_q=4, heads_k=2, head_dim=d, head_dim_v=dv,
+                   dtype="bf16", causal=i == 0, indices=random_bounds(rng, FORMS[4 * i], 2, 2, 97, 143),
+                   seed=300 + i, deterministic=i == 1)
 
 
 def main() -> int:
     n = 0
-    for case in cases():
+    for run, case in [(check, c) for c in cases()] + [(check_dropout, c) for c in dropout_cases()]:
         t0 = time.time()
         try:
-            err = check(case)
+            err = run(case)
         except AssertionError as e:
             print(f"sanitize_case: FAILED {e}", flush=True)
             return 1
