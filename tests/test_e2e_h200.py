@@ -76,11 +76,46 @@ def test_the_bar_lists_every_configuration_against_its_best_peer():
                _config("b", 1.0, {"flex": 1.5, "cudnnflex": None})]
     bar = e2e.bar_check(results, [_scale(1 << 20, flashmask=True, flex=False)])
     a, b = bar["configs"]
-    assert a == {"name": "a", "seqlen": 1024, "peers": ["flex", "fa4varlen"], "best_peer": "fa4varlen",
-                 "speedup_vs_best_peer": 0.93, "speedup_from": "head_to_head", "mask_cost_counted": True}
+    assert a == {"name": "a", "seqlen": 1024, "peers": ["flex", "fa4varlen"], "peers_with_wrong_output": [],
+                 "best_peer": "fa4varlen", "speedup_vs_best_peer": 0.93, "speedup_from": "head_to_head",
+                 "mask_cost_counted": True}
     assert b["peers"] == ["flex"] and b["speedup_vs_best_peer"] == 1.5 and b["speedup_from"] == "sequential"
     assert bar["all_at_least_best_peer"] is False
     assert bar["scale_largest_row"] == {"flashmask": 1 << 20}
+
+
+def test_a_peer_whose_output_differs_from_ours_is_never_the_best_peer():
+    r = _config("a", 1.0, {"flex": 0.7, "fa4varlen": 0.9, "cudnnflex": None})
+    r["impls"]["flex"]["output_matches"] = False
+    assert e2e.best_peer(r["impls"]) == "fa4varlen"
+    r["impls"]["fa4varlen"]["output_matches"] = False
+    assert e2e.best_peer(r["impls"]) is None
+    r["best_peer"] = "fa4varlen"
+    assert e2e.bar_check([r], [])["configs"][0]["peers_with_wrong_output"] == ["flex", "fa4varlen"]
+
+
+def test_attention_alone_builds_each_mask_right_before_its_call():
+    """Flex's mask_mod reads a buffer that prepare() refills: a mask built ahead of the previous
+    call would be run against another batch's segments."""
+    torch = __import__("pytest").importorskip("torch")
+
+    class SharedStateAttention:
+        def __init__(self):
+            self.current = None
+
+        def prepare(self, batch):
+            self.current = batch["seg_id"]
+            return batch["seg_id"]
+
+        def __call__(self, q, k, v, mask):
+            assert mask is self.current, "the mask of an earlier prepare() ran after a later one"
+            return q * 1.0
+
+    batches = [{"seg_id": torch.full((1, 8), i)} for i in range(3)]
+    shape = e2e.ModelShape(hidden=16, heads=2, kv_heads=2, head_dim=8, mlp=16, layers=1, vocab=16)
+    t_f, t_fb, out, mask_bytes = e2e.attention_alone(torch, SharedStateAttention(), batches, shape,
+                                                     torch.float32, "cpu", reps=2)
+    assert out.shape == (1, 8, 2, 8) and mask_bytes == 64 and 0 < t_f <= t_fb
 
 
 def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
