@@ -7,8 +7,8 @@ them in ``prepare(batch)``, which the benchmark calls inside every timed trainin
 batch of packed rows is a new mask) and also times apart. ``__call__(q, k, v, mask)`` takes
 ``q [B, S, H, D]``, ``k, v [B, S, Hk, D]`` (GQA when Hk < H) and returns ``[B, S, H, D]``.
 
-  flashmask  ours: int32 bounds [B, 1, S, 1] (LTS = end of the token's document), built on the
-             host from the lengths and copied over: 4 bytes per token
+  flashmask  ours: int32 bounds [B, 1, S, 1] (LTS = end of the token's document), one
+             searchsorted over the device segment ids: 4 bytes per token, no host work
   dense      torch SDPA with a [B, 1, S, S] bool mask (the faster of cuDNN and memory-efficient)
   flex       FlexAttention, Triton backend: create_block_mask from a mask_mod over the segment ids
              (compiled or eager builder, whichever is faster for the shape)
@@ -68,14 +68,6 @@ def tensor_bytes(torch, obj, _seen=None) -> int:
     return sum(tensor_bytes(torch, v, seen) for v in items)
 
 
-def document_end_bounds(doc_lengths) -> np.ndarray:
-    """int32 [B, 1, S, 1] FlashMask bounds of packed causal documents: column j is masked for rows
-    at or past the end of j's document (LTS = document end). ``doc_lengths``: per row, its
-    segments' lengths."""
-    ends = [np.repeat(np.cumsum(row), row) for row in doc_lengths]
-    return np.stack(ends).astype(np.int32)[:, None, :, None]
-
-
 class Attention:
     name = ""
 
@@ -99,7 +91,11 @@ class FlashMaskAttention(Attention):
         self.fn = flashmask_attention
 
     def prepare(self, batch):
-        return self.torch.from_numpy(document_end_bounds(batch["doc_lengths"])).to(batch["seg_id"].device)
+        # Column j is masked for the rows at or past the end of j's document (LTS): the first index
+        # whose segment id is larger (ids ascend along a packed row).
+        seg = batch["seg_id"].contiguous()
+        ends = self.torch.searchsorted(seg, seg, right=True).to(self.torch.int32)
+        return ends[:, None, :, None]
 
     def __call__(self, q, k, v, mask):
         return self.fn(q, k, v, startend_row_indices=mask, causal=True)

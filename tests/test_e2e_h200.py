@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +41,13 @@ def test_packed_rows_are_filled_exactly_with_a_padding_segment_last():
 
 
 def test_our_bounds_are_the_causal_document_mask_of_the_segments():
+    torch = __import__("pytest").importorskip("torch")
     rows = [[3, 4, 2], [5, 1, 3]]
-    got = attention.document_end_bounds(rows)
+    seg, _, _ = e2e.segment_arrays(rows, [False, True], 9)
+    got = attention.FlashMaskAttention.prepare(types.SimpleNamespace(torch=torch),
+                                               {"seg_id": torch.from_numpy(seg)})
     want = np.concatenate([masks.causal_document(r).indices for r in rows])
-    assert got.dtype == np.int32 and np.array_equal(got, want)
+    assert got.dtype == torch.int32 and np.array_equal(got.numpy(), want)
 
 
 def _metrics(step):
