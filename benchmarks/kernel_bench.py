@@ -17,7 +17,8 @@ median, after --warmup calls and at least --warmup-s seconds
 of back-to-back calls (compilation and autotuning happen in warm-up and are reported as compile_s;
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
 H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our time includes the mask preprocessing (it runs
-inside every call). FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
+inside every call). --kernel-time adds each call's summed kernel time from torch.profiler (GPU work
+only: a call whose host side launches slower than its kernels run reads faster there). FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
 comes from `create_block_mask` over a mask_mod that looks the column bounds up in tensors (the
 same dense rule as flashmask_paddle.reference), built once per mask outside the timing and
 reported as block_mask_ms. TFLOP/s count exactly the visible (q, k) pairs: forward 4·D·pairs·Hq,
@@ -246,6 +247,26 @@ def time_ms(torch, fn, warmup: int, reps: int) -> float:
     sync(torch)
     times = [start.elapsed_time(end) for start, end in events]
     return float(np.median(times))
+
+
+KERNEL_TIME = False  # --kernel-time
+
+
+def kernel_ms(torch, fn, reps: int) -> float:
+    """Mean per call of the summed device time of every kernel, memset and copy fn runs (CUPTI,
+    torch.profiler): the GPU work alone. The event timing above also counts the gaps a call leaves
+    on the GPU while its host side is still launching (a host-bound call reads slower there); this
+    does not (and would double count kernels that overlap on several streams)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(torch)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        sync(torch)
+    device_us = sum(e.device_time_total for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return device_us / 1e3 / reps
 
 
 class Impl:
@@ -495,6 +516,8 @@ def measure(torch, impl, case, warmup, reps, row):
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     with torch.no_grad():
         row["fwd_ms"] = round(time_ms(torch, fwd, warmup, reps), 4)
+        if KERNEL_TIME:
+            row["fwd_kernel_ms"] = round(kernel_ms(torch, fwd, reps), 4)
         out = fwd()
     result = out if impl.layout == "bshd" else out.transpose(1, 2)
     dout = case[f"dout_{impl.layout}"]
@@ -512,6 +535,8 @@ def measure(torch, impl, case, warmup, reps, row):
         sync(torch)
         row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
         row["bwd_ms"] = round(time_ms(torch, bwd, warmup, reps), 4)
+        if KERNEL_TIME:
+            row["bwd_kernel_ms"] = round(kernel_ms(torch, bwd, reps), 4)
     except Exception as e:
         row["error"] = f"backward: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
     return result
@@ -579,6 +604,8 @@ def table(rows) -> str:
             ratio = "/".join(f"{ref[p][1] / r[f'{p}_ms']:.2f}" if ref.get(p) and r.get(f"{p}_ms") else "-"
                              for p in ("fwd", "bwd"))
         note = r.get("error") or r.get("skipped") or ""
+        if r.get("fwd_kernel_tflops") or r.get("bwd_kernel_tflops"):
+            note = f"kernel TF {f('fwd_kernel_tflops', '.1f')}/{f('bwd_kernel_tflops', '.1f')} {note}"
         if is_ours(r["impl"]) and ref:
             note = f"best {ref.get('fwd', ('-',))[0]}/{ref.get('bwd', ('-',))[0]} {note}"
         lines.append(f"{r['impl']:<16} {r['mask']:<22} {r['seqlen']:>6} {r['batch']:>2} {r['heads']:>3} "
@@ -660,6 +687,9 @@ def parse_args(argv):
     p.add_argument("--png", type=Path, default=None, help="default: the --json path with .png")
     p.add_argument("--append", action="store_true",
                    help="add the rows to an existing --json (its meta keeps every command)")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="also the summed kernel time per call from torch.profiler (fwd_kernel_ms, "
+                        "bwd_kernel_ms and their TFLOP/s; not with --smoke)")
     p.add_argument("--smoke", action="store_true", help="CPU plumbing check (fp32, tiny sizes advised)")
     return p.parse_args(argv)
 
@@ -668,8 +698,9 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    global SMOKE, WARMUP_S
+    global SMOKE, WARMUP_S, KERNEL_TIME
     SMOKE = args.smoke
+    KERNEL_TIME = args.kernel_time and not SMOKE
     WARMUP_S = 0.0 if SMOKE else args.warmup_s
     if not SMOKE and not torch.cuda.is_available():
         print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
@@ -684,7 +715,7 @@ def main(argv=None) -> int:
             "date": provenance.utc_now(),
             "method": "median of reps queued back to back (GPU time per call) after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
-            "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps, "seed": args.seed, "tokens": args.tokens}
+            "kernel_time": KERNEL_TIME, "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps, "seed": args.seed, "tokens": args.tokens}
     rows = []
     t_start = time.time()
     for seqlen in args.seqlens:
@@ -716,8 +747,10 @@ def main(argv=None) -> int:
                             row.update({k: round(v, 3) for k, v in case["extra"].items()})
                             flops = 4.0 * head_dim * case["pairs"] * args.heads
                             for phase, factor in (("fwd", 1.0), ("bwd", 2.5)):
-                                if row.get(f"{phase}_ms"):
-                                    row[f"{phase}_tflops"] = round(factor * flops / (row[f"{phase}_ms"] * 1e-3) / 1e12, 1)
+                                for timing in ("", "kernel_"):
+                                    if row.get(f"{phase}_{timing}ms"):
+                                        row[f"{phase}_{timing}tflops"] = round(
+                                            factor * flops / (row[f"{phase}_{timing}ms"] * 1e-3) / 1e12, 1)
                             rows.append(row)
                             print(table([row]).splitlines()[-1], flush=True)
                             _write_json(args, meta, rows, time.time() - t_start)  # survives a timeout
