@@ -36,11 +36,13 @@ def _fp64_problem(case: Case, q, k, v, dout, idx):
     return q, k, v, dout, _reference.visible_pairs(idx, case.causal, case.seqlen_q, case.seqlen_k)
 
 
-def reference(case: Case, q, k, v, dout, idx, saved_out=None):
-    """fp64 (out, lse, dq, dk, dv) on exactly the (rounded) inputs the kernel saw."""
+def reference(case: Case, q, k, v, dout, idx, saved_out=None, dropout_scale=None):
+    """fp64 (out, lse, dq, dk, dv) on exactly the (rounded) inputs the kernel saw; with dropout, its
+    keep factors ``dropout_scale`` [B, Hq, Sq, Sk] (keep / (1 - p))."""
     q, k, v, dout, vis = _fp64_problem(case, q, k, v, dout, idx)
-    out, lse = _reference.attention_forward(q, k, v, vis, case.softmax_scale)
-    dq, dk, dv = _reference.attention_backward(q, k, v, vis, dout, case.softmax_scale, out=saved_out)
+    out, lse = _reference.attention_forward(q, k, v, vis, case.softmax_scale, dropout_scale=dropout_scale)
+    dq, dk, dv = _reference.attention_backward(q, k, v, vis, dout, case.softmax_scale, out=saved_out,
+                                               dropout_scale=dropout_scale)
     return out, lse, dq, dk, dv
 
 

@@ -40,14 +40,15 @@ def make_inputs(case: Case, device="cuda"):
     return q, k, v, dout
 
 
-def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda"):
-    """One forward + backward through the public binding with poisoned outputs.
-    Returns float64 numpy (out, lse, dq, dk, dv)."""
+def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda", **kwargs):
+    """One forward + backward through the public binding with poisoned outputs; ``kwargs`` go to
+    flashmask_attention too (e.g. dropout, fixed_seed_offset). Returns float64 numpy (out, lse, dq,
+    dk, dv)."""
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     idx = None if indices is None else torch.from_numpy(np.ascontiguousarray(indices)).to(device)
     with poisoned_outputs():
         out, lse = flashmask_attention(q, k, v, idx, causal=case.causal, softmax_scale=case.softmax_scale,
-                                       return_softmax_lse=True, deterministic=case.deterministic)
+                                       return_softmax_lse=True, deterministic=case.deterministic, **kwargs)
         out.backward(dout)
     if device == "cuda":
         torch.cuda.synchronize()

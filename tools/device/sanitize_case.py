@@ -19,10 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # philox_numpy: the keep mask, independently of the kernels
 
-from flashmask_paddle import reference  # noqa: E402
 from flashmask_paddle.testing.cases import FORMS, Case, random_bounds  # noqa: E402
-from flashmask_paddle.testing.tolerance import compare, failures  # noqa: E402
-from flashmask_paddle.testing.torch_binding import check, make_inputs  # noqa: E402
+from flashmask_paddle.testing.tolerance import compare, failures, reference  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check, make_inputs, run_flashmask  # noqa: E402
 
 
 def cases():
@@ -52,24 +51,15 @@ def check_dropout(case: Case, p: float = 0.25, device: str = "cuda") -> dict:
     import torch
     from philox_numpy import keep_mask
 
-    from flashmask_paddle.torch import flashmask_attention
-
     indices = case.bounds(np.random.default_rng(case.seed))
     q, k, v, dout = make_inputs(case, device)
-    seed_offset = torch.tensor([12345 + case.seed, 678], dtype=torch.int64)
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    idx = None if indices is None else torch.from_numpy(np.ascontiguousarray(indices)).to(device)
-    out, lse = flashmask_attention(q, k, v, idx, causal=case.causal, dropout=p, fixed_seed_offset=seed_offset,
-                                   return_softmax_lse=True, deterministic=case.deterministic)
-    out.backward(dout)
-    got = tuple(t.detach().double().cpu().numpy() for t in (out, lse, q.grad, k.grad, v.grad))
+    seed, offset = 12345 + case.seed, 678
+    got = run_flashmask(case, q, k, v, dout, indices, device, dropout=p,
+                        fixed_seed_offset=torch.tensor([seed, offset], dtype=torch.int64))
     pf = float(np.float32(p))
-    z = keep_mask(12345 + case.seed, 678, case.batch, case.heads_q, case.seqlen_q, case.seqlen_k, pf) / (1 - pf)
-    q64, k64, v64, do64 = (t.detach().double().cpu().numpy() for t in (q, k, v, dout))
-    visible = reference.visible_pairs(indices, case.causal, case.seqlen_q, case.seqlen_k)
-    ref_out, ref_lse = reference.attention_forward(q64, k64, v64, visible, dropout_scale=z)
-    grads = reference.attention_backward(q64, k64, v64, visible, do64, out=got[0], dropout_scale=z)
-    err = compare(got, (ref_out, ref_lse) + grads)
+    z = keep_mask(seed, offset, case.batch, case.heads_q, case.seqlen_q, case.seqlen_k, pf) / (1 - pf)
+    q64, k64, v64, do64 = (t.double().cpu().numpy() for t in (q, k, v, dout))
+    err = compare(got, reference(case, q64, k64, v64, do64, indices, saved_out=got[0], dropout_scale=z))
     bad = failures(err)
     assert not bad, f"{case} dropout {p}: {', '.join(bad)}"
     return err
