@@ -7,11 +7,17 @@
 
 namespace {
 
+// Writes items 0 .. min(n, capacity) - 1 through write(i, item(i)); returns n, so that a caller
+// can size its buffer with a first call of capacity 0.
+template <class Item, class Write>
+int write_list(int32_t n, Item item, int32_t capacity, Write write) {
+  for (int32_t i = 0; i < std::min(n, capacity); ++i) write(i, item(i));
+  return n;
+}
+
 template <class T, size_t N, class Write>
 int write_list(const T (&list)[N], int32_t capacity, Write write) {
-  const int32_t n = static_cast<int32_t>(N);
-  for (int32_t i = 0; i < std::min(n, capacity); ++i) write(i, list[i]);
-  return n;
+  return write_list(static_cast<int32_t>(N), [&](int32_t i) { return list[i]; }, capacity, write);
 }
 
 }  // namespace
@@ -36,13 +42,11 @@ int fm_supported_dtypes(int32_t cuda, int32_t* codes, int32_t capacity) {
 int fm_supported_head_dims(int32_t cuda, int32_t* head_dim, int32_t* head_dim_v, int32_t capacity) {
   if (!cuda) return -1;
   if (head_dim == nullptr || head_dim_v == nullptr) capacity = 0;
-  const int32_t n = flashmask::kCudaHeadDimCount * flashmask::kCudaHeadDimCount;
-  for (int32_t i = 0; i < std::min(n, capacity); ++i) {
-    const flashmask::HeadDims d = flashmask::cuda_head_dims_pair(i);
-    head_dim[i] = d.qk;
-    head_dim_v[i] = d.v;
-  }
-  return n;
+  return write_list(flashmask::kCudaHeadDimCount * flashmask::kCudaHeadDimCount, flashmask::cuda_head_dims_pair,
+                    capacity, [&](int32_t i, flashmask::HeadDims d) {
+                      head_dim[i] = d.qk;
+                      head_dim_v[i] = d.v;
+                    });
 }
 
 }  // extern "C"
