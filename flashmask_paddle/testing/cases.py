@@ -12,7 +12,7 @@ FORMS = [(True, 0), (False, 0), (True, 1), (True, 2), (False, 2), (False, 4)]
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # short names accepted
 CPU_DTYPES = ("float32", "float16", "bfloat16")
 CUDA_DTYPES = ("float16", "bfloat16")
-CUDA_HEAD_DIMS = (64, 128, 256)  # the instantiations (and the Hopper kernels' D = Dv)
+CUDA_HEAD_DIMS = (64, 128, 256)  # the instantiations
 # Every D and Dv the CUDA kernels take: multiples of 8 from 32 to 256 (flashmask/check.h).
 CUDA_ANY_HEAD_DIMS = tuple(range(32, 257, 8))
 
@@ -138,7 +138,7 @@ def random_case(rng: np.random.Generator, device: str = "cpu", max_len: int = 15
     seqlen_q, seqlen_k = int(rng.integers(1, max_len + 1)), int(rng.integers(1, max_len + 1))
     heads_q = heads_k * int(rng.choice([1, 2, 4]))
     head_dim, head_dim_v = int(rng.choice(CUDA_HEAD_DIMS if cuda else (8, 16, 40, 64))), None
-    if cuda and rng.random() < 0.25:  # any supported D and Dv: the portable kernels, padded
+    if cuda and rng.random() < 0.25:  # any supported D and Dv: padded to an instantiation
         head_dim = int(rng.choice(CUDA_ANY_HEAD_DIMS))
         head_dim_v = int(rng.choice(CUDA_ANY_HEAD_DIMS)) if rng.random() < 0.5 else None
     return Case(

@@ -62,10 +62,13 @@ def test_head_dims(form, head_dim, dtype):
                                   (192, 128), (128, 64), (64, 128), (96, 40), (256, 32)],
                          ids=lambda d: f"D{d[0]}-Dv{d[1]}")
 @pytest.mark.parametrize("form", [(True, 1), (False, 4), (True, None)], ids=form_id)
-def test_padded_head_dims_and_dv_ne_d(form, dims, deterministic):
-    """Head dims off the instantiations and Dv != D run in the portable kernel of 64, 128 or 256
-    columns that holds both, the columns past D / Dv zero-filled on load and never stored
-    (flashmask/check.h): values and gradients against fp64, GQA, Sq != Sk, both dQ modes."""
+@pytest.mark.parametrize("path", ["sm80", "sm90"])
+def test_padded_head_dims_and_dv_ne_d(form, dims, deterministic, path, monkeypatch):
+    """Head dims off the instantiations and Dv != D run in the kernel of 64, 128 or 256 columns
+    that holds both, the columns past D / Dv zero-filled on load and never stored (flashmask/check.h;
+    on Hopper by the TMA descriptors, sm90/path_sm90.h): each path forced, values and gradients
+    against fp64, GQA, Sq != Sk, both dQ modes (sm90 forced off Hopper runs the portable kernels)."""
+    monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
     d, dv = dims
     check(fuzzed_case(form, seed_offset=d * 7 + dv, seqlen_q=157, seqlen_k=211, heads_q=4, heads_k=2,
                       head_dim=d, head_dim_v=dv, dtype="bf16", deterministic=deterministic))

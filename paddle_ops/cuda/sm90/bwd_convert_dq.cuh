@@ -39,10 +39,12 @@ __global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_k
   __syncthreads();
   Element* dq = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
                 head_q * p.dq.head_stride;
-  constexpr int kChunksPerRow = kD * int(sizeof(Element)) / 16;
+  // The 16-byte chunks of dQ's D columns (D is a multiple of 8: flashmask/check.h); the tile's
+  // columns past D are zero and dropped.
+  const int chunks_per_row = p.head_dim * int(sizeof(Element)) / 16;
   const int rows = min(kBlockM, p.seqlen_q - m0);
-  for (int idx = threadIdx.x; idx < rows * kChunksPerRow; idx += kThreads) {
-    const int r = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+  for (int idx = threadIdx.x; idx < rows * chunks_per_row; idx += kThreads) {
+    const int r = idx / chunks_per_row, chunk = idx % chunks_per_row;
     *reinterpret_cast<uint4*>(dq + int64_t(r) * p.dq.row_stride + chunk * 8) =
         *reinterpret_cast<const uint4*>(tile_s + r * kPitch + chunk * 8);
   }

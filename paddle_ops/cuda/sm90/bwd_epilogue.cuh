@@ -51,14 +51,14 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams<Traits>& kp,
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDkdvStaged);
   if (threadIdx.x == 128) {
     const auto k_tile = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{};
-    auto store = [&](auto const& tma, auto const& s_tile) {
-      Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
+    auto store = [&](auto const& tma, auto const& s_tile, int32_t cols) {  // cols: D or Dv
+      Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_k, cols, p.heads_k, p.batch));
       Tensor g = local_tile(m(_, _, head_k, b), k_tile, make_coord(n_block, _0{}));
       auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(s_tile), group_modes<0, 2>(g));
       cute::copy(tma, ts, tg);
     };
-    store(kp.tma_dk, sK);
-    store(kp.tma_dv, sV);
+    store(kp.tma_dk, sK, p.head_dim);
+    store(kp.tma_dv, sV, p.head_dim_v);
     cute::tma_store_arrive();
     cute::tma_store_wait<0>();
   }

@@ -29,7 +29,8 @@ bool bwd_sm90_selected(const BwdParams& p) {
   static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
   if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
     logged = true;
-    std::fprintf(stderr, "flashmask bwd path: %s (head_dim %d)\n", selected ? "sm90" : "sm80", p.head_dim);
+    std::fprintf(stderr, "flashmask bwd path: %s (head_dim %d, head_dim_v %d)\n", selected ? "sm90" : "sm80",
+                 p.head_dim, p.head_dim_v);
   }
   return selected;
 }
@@ -40,7 +41,7 @@ void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t str
   if (ws.seqlen_q_pad % 64 != 0 || (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);
-  sm90::dispatch_instantiation(p.dtype, p.head_dim, "run_bwd_sm90", [&](auto e, auto d) {
+  sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_bwd_sm90", [&](auto e, auto d) {
     sm90::run_bwd_sm90_kernels<decltype(e), decltype(d)::value>(p, ws, stream);
   });
 }

@@ -27,11 +27,11 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   const auto k_tile = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
   BwdKernelParams<Traits> kp{
       make_tma_load<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, q_layout, q_tile),
-      make_tma_load<Element>(p.dout, p.seqlen_q, p.head_dim, p.heads_q, p.batch, q_layout, q_tile),
+      make_tma_load<Element>(p.dout, p.seqlen_q, p.head_dim_v, p.heads_q, p.batch, q_layout, q_tile),
       make_tma_load<Element>(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
-      make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
+      make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim_v, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
       make_tma_store<Element>(p.dk, p.seqlen_k, p.head_dim, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
-      make_tma_store<Element>(p.dv, p.seqlen_k, p.head_dim, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
+      make_tma_store<Element>(p.dv, p.seqlen_k, p.head_dim_v, p.heads_k, p.batch, typename Traits::SmemLayoutK{}, k_tile),
       p,
       ws,
       p.softmax_scale * 1.4426950408889634f};

@@ -29,9 +29,9 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
   Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
-  Tensor mdO = kp.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+  Tensor mdO = kp.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.heads_q, p.batch));
   Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
-  Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.heads_k, p.batch));
   Tensor gK = local_tile(mK(_, _, head_k, b), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
   Tensor gV = local_tile(mV(_, _, head_k, b), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
   // (global, shared) TMA partitions of K and V (tuples: lambdas cannot capture structured bindings in C++17)

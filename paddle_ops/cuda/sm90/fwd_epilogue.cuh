@@ -45,7 +45,7 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
   cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierOStored);
   if (tidx == 0) {
-    Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
+    Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.heads_q, p.batch));
     Tensor gO = local_tile(mO(_, _, head_q, b), select<0, 2>(typename Traits::TileShapeQK{}),
                            make_coord(m_block, _0{}));
     auto [tOgO, tOsO] = tma_partition(kp.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),

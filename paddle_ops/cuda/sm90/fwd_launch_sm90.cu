@@ -26,7 +26,8 @@ bool device_runs_sm90() {
 }  // namespace
 
 int sm90::fwd_block_m(const FwdParams& p) {
-  if (p.head_dim > 128) return 128;  // the only instantiated shape at head_dim 256
+  const int d = sm90::kernel_head_dim(p);
+  if (d > 128) return 128;  // the only instantiated shape at 256 columns
   const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
   if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
@@ -36,7 +37,7 @@ int sm90::fwd_block_m(const FwdParams& p) {
   // epilogue and longest-first tiles in both): 8K prefix-LM causal 503 -> 601, sliding window
   // 412 -> 463, document 361 -> 385, causal document 333 -> 340, share question 295 -> 286, short
   // documents 214 -> 200; at 32K 128 rows led by 5-19% already before those two changes.
-  return p.head_dim == 128 && p.seqlen_q >= kLongRows ? 128 : 64;
+  return d == 128 && p.seqlen_q >= kLongRows ? 128 : 64;
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {
@@ -52,7 +53,8 @@ bool fwd_sm90_selected(const FwdParams& p) {
   static bool logged = false;
   if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
     logged = true;
-    std::fprintf(stderr, "flashmask fwd path: %s (head_dim %d)\n", selected ? "sm90" : "sm80", p.head_dim);
+    std::fprintf(stderr, "flashmask fwd path: %s (head_dim %d, head_dim_v %d)\n", selected ? "sm90" : "sm80",
+                 p.head_dim, p.head_dim_v);
   }
   return selected;
 }
@@ -88,11 +90,11 @@ struct Sm90FwdWorkspace {
 
 size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
   const int m = sm90::fwd_block_m(p);
-  return Sm90FwdWorkspace(p, m, sm90::fwd_block_n(m, p.head_dim)).end;
+  return Sm90FwdWorkspace(p, m, sm90::fwd_block_n(m, sm90::kernel_head_dim(p))).end;
 }
 
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
-  const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, p.head_dim);
+  const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
   const FwdBlockLists lists = build_fwd_block_lists(p, block_m, block_n, workspace, stream);
   if (lists.num_m_blocks == 0) return;
   const Sm90FwdWorkspace layout(p, block_m, block_n);
@@ -111,7 +113,7 @@ void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
     order = reinterpret_cast<int32_t*>(ws + layout.order);
     sm90::launch_fwd_tile_order(p, lists, order, stream);
   }
-  sm90::dispatch_instantiation(p.dtype, p.head_dim, "run_fwd_sm90", [&](auto e, auto d) {
+  sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_fwd_sm90", [&](auto e, auto d) {
     sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, payload, order,
                                                                stream);
   });

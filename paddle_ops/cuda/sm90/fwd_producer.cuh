@@ -28,7 +28,7 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
   Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
   Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
-  Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
+  Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.heads_k, p.batch));
 
   auto write_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
   auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();

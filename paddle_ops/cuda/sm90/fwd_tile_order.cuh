@@ -27,7 +27,7 @@ constexpr int64_t kOrderSectionBytes = 32ll << 20;  // K + V of a section: about
 // Query heads ((batch, head_q) pairs) per section.
 inline int32_t order_section_heads(const FwdParams& p) {
   const int64_t group = p.heads_q / p.heads_k;  // query heads that share one K / V head
-  const int64_t kv_bytes = (int64_t)p.seqlen_k * p.head_dim * 2 * 2;  // K and V, 16-bit elements
+  const int64_t kv_bytes = (int64_t)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2;  // K and V, 16-bit elements
   return (int32_t)std::max<int64_t>(1, kOrderSectionBytes * group / std::max<int64_t>(1, kv_bytes));
 }
 

@@ -8,24 +8,33 @@
 
 #include <cutlass/numeric_types.h>
 
+#include "flashmask/check.h"
 #include "flashmask/params.h"
 
 namespace flashmask {
 namespace sm90 {
 
-// The (dtype, head dim) pairs every sm90 kernel family is instantiated for (one *_sm90.cu each):
-// bf16 and fp16 x head_dim 64, 128, 256, with Dv = D (other head dims take the portable kernels,
-// which pad them to the next of those: flashmask/check.h).
+// Every sm90 kernel family is instantiated for bf16 and fp16 x 64, 128 and 256 columns (one
+// *_sm90.cu each). A call's D (q, k) and Dv (v, out) run in the instantiation holding both, the
+// same as on the portable kernels (cuda_kernel_head_dim, flashmask/check.h): the TMA descriptors
+// carry the true D or Dv, so the hardware zero-fills the columns past them on every load (zero
+// columns add nothing to S = QK^T, dP = dO V^T or any product) and clips them on every store.
 inline bool instantiated(DType dtype, int head_dim, int head_dim_v) {
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && head_dim_v == head_dim &&
-         (dtype == DType::kBFloat16 || dtype == DType::kFloat16);
+  return cuda_supports_head_dims(head_dim, head_dim_v) && (dtype == DType::kBFloat16 || dtype == DType::kFloat16);
+}
+
+// The columns of the instantiation that runs a call (FwdParams or BwdParams).
+template <class Params>
+int kernel_head_dim(const Params& p) {
+  return cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
 }
 
 template <int kHeadDim>
 using HeadDim = std::integral_constant<int, kHeadDim>;
 
 // Calls f(Element{}, HeadDim<head_dim>{}) with the instantiation's types (fp16 for any dtype but
-// bf16: callers check instantiated() first); any other head_dim throws, naming `caller`.
+// bf16: callers check instantiated() first); head_dim is kernel_head_dim(), anything else throws,
+// naming `caller`.
 template <class F>
 void dispatch_instantiation(DType dtype, int head_dim, const char* caller, F&& f) {
   const bool bf16 = dtype == DType::kBFloat16;

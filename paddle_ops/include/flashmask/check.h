@@ -22,9 +22,9 @@ struct ArgError : std::invalid_argument {
 // What the CUDA kernels take: float16 / bfloat16, and head dims D (q, k) and Dv (v, out) each a
 // multiple of 8 (16-byte rows) from 32 to 256. A kernel is instantiated for 64, 128 and 256
 // columns (paddle_ops/cuda/*hdim*.cu, sm90/*_sm90.cu) and runs the smallest one that holds both D
-// and Dv, with the columns past them zero-filled on load and never stored; the Hopper kernels
-// take only D = Dv in {64, 128, 256} (sm90/path_sm90.h). The CPU kernels take any positive D, Dv
-// and float32 / float16 / bfloat16.
+// and Dv, with the columns past them zero-filled on load and never stored (on Hopper by the TMA
+// itself: sm90/path_sm90.h). The CPU kernels take any positive D, Dv and float32 / float16 /
+// bfloat16.
 struct HeadDims {
   int32_t qk, v;
 };
