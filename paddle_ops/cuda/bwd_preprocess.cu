@@ -1,5 +1,5 @@
-// Kernels around the backward main loop; see bwd_preprocess.h. Memory-bound and cheap: one warp per
-// row with 16-byte loads, no tiling.
+// Kernels around the backward main loop; see bwd_preprocess.h. Memory-bound and cheap: 16-byte
+// loads, a row per group of lanes, no tiling.
 #include "bwd_preprocess.h"
 
 #include <cuda_bf16.h>
@@ -34,20 +34,32 @@ template <> struct Pack8<__half> {
   }
 };
 
+// Lanes that share one row: each reads 8 of its Dv columns of O and of dO per 16-byte load, and a
+// warp covers 32 / lanes_per_row rows at once, so that no lane idles below Dv = 256 (with a row per
+// warp half of them did at Dv = 128, and the kernel had too few loads in flight to reach the memory
+// bandwidth).
+__host__ __device__ inline int lanes_per_row(int head_dim_v) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 8 < head_dim_v) lanes *= 2;
+  return lanes;
+}
+
 template <typename T>
 __global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
   const int b = blockIdx.z, h = blockIdx.y;
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
-  if (row >= ws.seqlen_q_pad) return;
-  const int64_t r = (int64_t(b) * p.heads_q + h) * ws.seqlen_q_pad + row;
+  const int lanes = lanes_per_row(p.head_dim_v);
+  const int rows_per_cta = kWarpsPerCta * (32 / lanes);
+  const int lane = threadIdx.x % lanes;
+  const int first_row = blockIdx.x * rows_per_cta;
+  const int row = first_row + threadIdx.x / lanes;
+  const int64_t slice_row0 = (int64_t(b) * p.heads_q + h) * ws.seqlen_q_pad;  // row 0 of (b, h) in ws
   float dot = 0.f;
   if (row < p.seqlen_q) {
     const T* o = static_cast<const T*>(p.out.data) + b * p.out.batch_stride + row * p.out.row_stride +
                  h * p.out.head_stride;
-    const T* d = static_cast<const T*>(p.dout.data) + b * p.dout.batch_stride +
-                 row * p.dout.row_stride + h * p.dout.head_stride;
-    for (int c = lane * 8; c < p.head_dim_v; c += 32 * 8) {  // O and dO have Dv columns
+    const T* d = static_cast<const T*>(p.dout.data) + b * p.dout.batch_stride + row * p.dout.row_stride +
+                 h * p.dout.head_stride;
+    for (int c = lane * 8; c < p.head_dim_v; c += lanes * 8) {  // O and dO have Dv columns
       float fo[8], fd[8];
       Pack8<T>::to_float(*reinterpret_cast<const uint4*>(o + c), fo);
       Pack8<T>::to_float(*reinterpret_cast<const uint4*>(d + c), fd);
@@ -55,9 +67,10 @@ __global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
       for (int i = 0; i < 8; ++i) dot += fo[i] * fd[i];
     }
   }
-#pragma unroll
-  for (int s = 16; s > 0; s /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, s);
-  if (lane == 0) {
+  // A row's lanes are an aligned power-of-two group, so the butterfly stays inside it.
+  for (int s = lanes / 2; s > 0; s /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, s);
+  if (lane == 0 && row < ws.seqlen_q_pad) {
+    const int64_t r = slice_row0 + row;
     ws.dpsum[r] = dot;
     // P = exp2(S * scale * log2e - lse_log2): +inf makes P exactly 0 on fully masked rows (LSE = -inf)
     // and on padding rows, without a branch in the main loop.
@@ -65,20 +78,19 @@ __global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
     ws.lse_log2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
   if (ws.dq_accum) {
+    // This CTA's rows of the accumulator are one contiguous span.
     const int cols = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);  // the accumulator's row (bwd_workspace.h)
-    float4* acc = reinterpret_cast<float4*>(ws.dq_accum + r * cols);
-    for (int c = lane; c < cols / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int rows = min(rows_per_cta, ws.seqlen_q_pad - first_row);
+    float4* acc = reinterpret_cast<float4*>(ws.dq_accum + (slice_row0 + first_row) * cols);
+    for (int i = threadIdx.x; i < rows * cols / 4; i += blockDim.x) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-}
-
-dim3 row_grid(const BwdParams& p, int rows) {
-  return dim3((rows + kWarpsPerCta - 1) / kWarpsPerCta, p.heads_q, p.batch);
 }
 
 }  // namespace
 
 void launch_prepare_rows(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
-  const dim3 grid = row_grid(p, ws.seqlen_q_pad);
+  const int rows_per_cta = kWarpsPerCta * (32 / lanes_per_row(p.head_dim_v));
+  const dim3 grid((ws.seqlen_q_pad + rows_per_cta - 1) / rows_per_cta, p.heads_q, p.batch);
   if (p.dtype == DType::kBFloat16)
     prepare_rows_kernel<__nv_bfloat16><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, ws);
   else
