@@ -725,14 +725,16 @@ def make_impls(torch, config: Config, names, dtype, log) -> list:
 def merge(paths, out: Path, plot_png: bool = True) -> dict:
     """One report from several runs: their configurations and scale rows in order (a later run's
     configuration of the same name replaces an earlier one), the bar over all, every run's
-    command, commit and date kept under `runs`."""
+    command, commit and date kept under `runs` (a merged report's own runs kept as they are)."""
     reports = [json.loads(Path(p).read_text()) for p in paths]
     results, scale = {}, {}
     for r in reports:
         results.update({c["name"]: c for c in r["results"]})
         scale.update({row["seqlen"]: row for row in r.get("scale_rows") or []})
     merged = dict(reports[-1], results=list(results.values()), scale_rows=[scale[s] for s in sorted(scale)])
-    merged["runs"] = [{k: r.get(k) for k in ("command", "commit", "date", "device", "wall_s")} for r in reports]
+    # A report that is itself a merge contributes the runs it was joined from.
+    merged["runs"] = [run for r in reports
+                      for run in r.get("runs") or [{k: r.get(k) for k in ("command", "commit", "date", "device", "wall_s")}]]
     merged["command"] = "python benchmarks/e2e_h200.py --merge " + " ".join(str(p) for p in paths)
     merged["bar"] = bar_check(merged["results"], merged["scale_rows"])
     write_report(merged, out)

@@ -137,6 +137,14 @@ def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
     assert [c["best_peer"] for c in merged["bar"]["configs"]] == ["flex", "flex"]
     assert merged["bar"]["all_at_least_best_peer"] is False
     assert json.loads((tmp_path / "all.json").read_text())["bar"] == merged["bar"]
+    # A merged report joined with a later run keeps the runs it was made of.
+    three = dict(base, commit="c3", results=[_config("a", 1.1, {"flex": 1.0})])
+    paths.append(tmp_path / "2.json")
+    paths[-1].write_text(json.dumps(three))
+    again = e2e.merge([tmp_path / "all.json", paths[-1]], tmp_path / "again.json", plot_png=False)
+    assert [r["commit"] for r in again["runs"]] == ["c", "c", "c3"]
+    assert [r["name"] for r in again["results"]] == ["a", "b"]  # the later "a" replaced the earlier
+    assert again["results"][0]["speedup_vs_best_peer_sequential"] == __import__("pytest").approx(1.0 / 1.1)
 
 
 def test_mask_bytes_count_each_tensor_once_and_survive_reference_cycles():
