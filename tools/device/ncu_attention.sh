@@ -16,6 +16,9 @@
 # "Forward" / "Backward" in its kernel name (FlashAttention-4's and cuDNN-frontend's CuTe kernels
 # are named after their classes), the third matching launch (warm: after the compile call and one
 # warm-up), up to three kernels.
+# SOURCE=1 also collects per-instruction warp-stall samples (SourceCounters) and prints the 25 SASS
+# instructions with the most samples per implementation, from <impl>_<dir>_sass.csv (ncu's source
+# page): where in the kernel the time goes, for two kernels of the same design.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 3 ] || { sed -n 2,20p "$0"; exit 2; }
@@ -30,6 +33,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats
           --section Occupancy"
+[ "${SOURCE:-0}" = 1 ] && SECTIONS="$SECTIONS --section SourceCounters"
 STATUS=0
 for impl in "$@"; do
   re=$PEER_RE; [ "$impl" = flashmask ] && re=$OURS_RE
@@ -42,6 +46,25 @@ for impl in "$@"; do
   if [ -f "$rep.ncu-rep" ]; then
     "$NCU" --import "$rep.ncu-rep" --page details > "$OUT/${impl}_${DIR}.txt" 2>&1
     "$NCU" --import "$rep.ncu-rep" --page raw --csv > "$OUT/${impl}_${DIR}_raw.csv" 2>&1
+    if [ "${SOURCE:-0}" = 1 ]; then
+      "$NCU" --import "$rep.ncu-rep" --page source --print-source sass --csv > "$OUT/${impl}_${DIR}_sass.csv" 2>&1
+      python3 - "$OUT/${impl}_${DIR}_sass.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
+if head is None:
+    sys.exit(print("    (no warp-stall sampling columns in the source page)"))
+names = rows[head]
+col = next(i for i, c in enumerate(names) if "Sampling" in c and "All" in c) if any(
+    "Sampling" in c and "All" in c for c in names) else next(i for i, c in enumerate(names) if "Sampling" in c)
+src = next((i for i, c in enumerate(names) if c.strip().lower() in ("source", "sass")), 1)
+body = [r for r in rows[head + 1:] if len(r) == len(names) and r[col].replace(".", "", 1).isdigit()]
+total = sum(float(r[col]) for r in body) or 1.0
+print(f"    top SASS by {names[col]} ({int(total)} samples):")
+for r in sorted(body, key=lambda r: -float(r[col]))[:25]:
+    print(f"    {100 * float(r[col]) / total:5.1f}%  {r[0][:10]:10s} {r[src][:90]}")
+PY
+    fi
     rm -f "$rep.ncu-rep"
     echo "== $impl $DIR ($ROW)"
     grep -E "^  [^ ].*\(|Duration|Compute \(SM\) Throughput|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|Registers Per Thread|Achieved Occupancy|L2 Hit Rate|DRAM Throughput" \
