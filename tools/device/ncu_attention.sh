@@ -55,8 +55,8 @@ head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), 
 if head is None:
     sys.exit(print("    (no warp-stall sampling columns in the source page)"))
 names = rows[head]
-col = next(i for i, c in enumerate(names) if "Sampling" in c and "All" in c) if any(
-    "Sampling" in c and "All" in c for c in names) else next(i for i, c in enumerate(names) if "Sampling" in c)
+sampling = [i for i, c in enumerate(names) if "Sampling" in c]
+col = next((i for i in sampling if "All" in names[i]), sampling[0])  # all samples, not only not-issued
 src = next((i for i, c in enumerate(names) if c.strip().lower() in ("source", "sass")), 1)
 body = [r for r in rows[head + 1:] if len(r) == len(names) and r[col].replace(".", "", 1).isdigit()]
 total = sum(float(r[col]) for r in body) or 1.0
