@@ -174,23 +174,25 @@ class KeyBlockPlan {
   }
 
   // Sets the masked entries of a partial tile's scores (rows x kBlockN, row-major) to -inf.
-  // Column bounds are staged as separate arrays so the per-row loop over columns is branch-free
-  // and vectorises; the rule itself is mask.h's is_masked.
+  // Each column's masked rows (mask.h's MaskedRows, is_masked as intervals) are staged as separate
+  // arrays so the per-row loop over columns is branch-free and vectorises.
   void mask_partial_tile(int b, int hq, int qb, int kb, int rows, int cols, float* scores) const {
     const int32_t* sl = slice(b, hq);
-    int32_t lts[kBlockN], lte[kBlockN], uts[kBlockN], ute[kBlockN];
+    int32_t first0[kBlockN], first1[kBlockN];
+    uint32_t len0[kBlockN], len1[kBlockN];
     const int col0 = kb * kBlockN, row0 = qb * kBlockM;
     for (int j = 0; j < cols; ++j) {
-      const ColumnBounds c = load_column_bounds(sl, col0 + j, p_.mask_form, p_.seqlen_q);
-      lts[j] = c.lts, lte[j] = c.lte, uts[j] = c.uts, ute[j] = c.ute;
+      const MaskedRows m = MaskedRows::of(load_column_bounds(sl, col0 + j, p_.mask_form, p_.seqlen_q), col0 + j,
+                                          p_.causal, causal_off_);
+      first0[j] = m.first0, len0[j] = m.len0, first1[j] = m.first1, len1[j] = m.len1;
     }
     for (int i = 0; i < rows; ++i) {
       float* s = scores + i * kBlockN;
       const int32_t row = row0 + i;
 #pragma omp simd
       for (int j = 0; j < cols; ++j) {
-        const ColumnBounds c{lts[j], lte[j], uts[j], ute[j]};
-        s[j] = is_masked(row, col0 + j, c, p_.causal, causal_off_) ? kNegInf : s[j];
+        const MaskedRows m{first0[j], len0[j], first1[j], len1[j]};
+        s[j] = m.contains(row) ? kNegInf : s[j];
       }
     }
   }

@@ -158,6 +158,16 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
     const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
     const int32_t row0 = m * kBlockM;
+    // Partial tiles: each key's masked rows as intervals counted from the tile's first row, built
+    // here rather than kept across tiles (registers the unmasked tiles need).
+    MaskedRows masked_rows[kRows];
+    if constexpr (decltype(kMasked)::value) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRows; ++i) {
+        const int32_t key = key0 + get<0>(coord(i, 0));
+        masked_rows[i] = MaskedRows::of(columns[i], key, p.causal, causal_off).relative_to(row0);
+      }
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size<1>(s); ++j) {
       const int32_t q = get<1>(coord(0, j));
@@ -166,8 +176,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       for (int i = 0; i < kRows; ++i) {
         const float prob = exp2_approx(s(i, j) * kp.scale_log2 - lse);
         if constexpr (decltype(kMasked)::value) {
-          const bool hidden = is_masked(row0 + q, key0 + get<0>(coord(i, 0)), columns[i], p.causal, causal_off);
-          s(i, j) = hidden ? 0.f : prob;
+          s(i, j) = masked_rows[i].contains(q) ? 0.f : prob;
         } else {
           s(i, j) = prob;
         }

@@ -69,4 +69,31 @@ FM_HOST_DEVICE bool is_masked(int32_t row, int32_t col, const ColumnBounds& b, b
   return above_diagonal | in_lower | in_upper;
 }
 
+// is_masked for one fixed column, as at most two masked row intervals [first, first + len): the
+// lower interval, and the upper one or, in the causal forms (which carry no upper interval: causal
+// with C = 4 is rejected by the API), the rows above the diagonal, [0, col - causal_off). A test is
+// one subtraction and one unsigned compare per interval, and `relative_to(row0)` moves the
+// subtractions out of a tile's loop over rows: where a thread tests many rows of a few columns
+// (the sm90 backward's S^T) that halves the integer work of is_masked. Rows are >= 0.
+struct MaskedRows {
+  int32_t first0;
+  uint32_t len0;
+  int32_t first1;
+  uint32_t len1;
+
+  FM_HOST_DEVICE static MaskedRows of(const ColumnBounds& b, int32_t col, bool causal, int32_t causal_off) {
+    const int32_t upper_first = causal ? 0 : b.uts;
+    const int32_t upper_end = causal ? col - causal_off : b.ute;
+    return {b.lts, b.lte > b.lts ? uint32_t(b.lte - b.lts) : 0u, upper_first,
+            upper_end > upper_first ? uint32_t(upper_end - upper_first) : 0u};
+  }
+  // The same intervals for rows counted from row0.
+  FM_HOST_DEVICE MaskedRows relative_to(int32_t row0) const {
+    return {int32_t(uint32_t(first0) - uint32_t(row0)), len0, int32_t(uint32_t(first1) - uint32_t(row0)), len1};
+  }
+  FM_HOST_DEVICE bool contains(int32_t row) const {
+    return (uint32_t(row) - uint32_t(first0) < len0) | (uint32_t(row) - uint32_t(first1) < len1);
+  }
+};
+
 }  // namespace flashmask
