@@ -120,7 +120,7 @@ def test_a_reused_mask_tensor_is_checked_once(monkeypatch):
 def test_cuda_dropout_keeps_exactly_the_philox_pattern(monkeypatch, path):
     """q = 0 (uniform weights) and one-hot values (Dv = Sk = 64): out[b, i, h, j] = Z_bhij / Sk spells
     out the keep mask element by element, the same elements as the CPU kernels' (one Philox stream,
-    flashmask/dropout.h). Dropout runs on the portable kernels, also where sm90 is forced."""
+    flashmask/dropout.h), on each path forced (sm90 forced off Hopper runs the portable kernels)."""
     from philox_numpy import keep_mask
 
     monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
@@ -139,14 +139,17 @@ def test_cuda_dropout_keeps_exactly_the_philox_pattern(monkeypatch, path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("path", ["sm80", "sm90"])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
 @pytest.mark.parametrize("dims", [(64, 64), (128, 128), (256, 256), (96, 40)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
 @pytest.mark.parametrize("form", [(True, 1), (False, 4)])
-def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, deterministic):
+def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, deterministic, path, monkeypatch):
     """Forward and gradients with dropout on CUDA against fp64 with the same keep mask (Z = keep /
     (1 - p)): every head-dim instantiation and a padded one with Dv != D, GQA, Sq != Sk, masks with
-    partial tiles, both dQ modes."""
+    partial tiles, both dQ modes, each path forced (deterministic dropout backward: portable)."""
     from philox_numpy import keep_mask
+
+    monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
 
     rng = np.random.default_rng(SEED + dims[0] + dims[1])
     (d, dv), (b, sq, sk, hq, hk, p) = dims, (2, 157, 211, 4, 2, 0.2)
@@ -159,7 +162,7 @@ def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, dete
     z = keep_mask(seed, offset, b, hq, sq, sk, pf) / (1 - pf)
     visible = reference.visible_pairs(idx, form[0], sq, sk)
     bad = failures(compare(got, _reference(q, k, v, dout, visible, got[0], dropout_scale=z)))
-    assert not bad, f"form={form} dims={dims} deterministic={deterministic} seed={SEED}: {bad}"
+    assert not bad, f"form={form} dims={dims} deterministic={deterministic} path={path} seed={SEED}: {bad}"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -10,6 +10,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "flashmask/mask.h"
+#include "../dropout_tile.cuh"
 #include "../utils.cuh"
 #include "bwd_barriers.cuh"
 #include "bwd_dq_writer.cuh"
@@ -38,7 +39,8 @@ __device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
 // under the dK wgmma, and the dQ writer warp adds it to the workspace (measured on the H200, 8K
 // bf16 D=128: causal +6%, sliding window, causal document, share question +2-3%, document within
 // noise, against dQ after dK with the reduce issued by the consumers).
-template <class Traits, bool kWriteDq>
+// kDropout (Z = keep / (1 - p), dropout_tile.cuh): dV takes P^T Z, dS^T = P^T (Z dP^T - D).
+template <class Traits, bool kWriteDq, bool kDropout>
 __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>& kp,
                                                   typename Traits::SharedStorage& smem,
                                                   typename Traits::Pipeline& pipeline_q,
@@ -150,6 +152,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
+    const int32_t row0 = m * kBlockM;
+    // Dropout's keep bits, computed while both wgmmas run.
+    [[maybe_unused]] uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
+    if constexpr (kDropout) dropout_keep_bits_transposed(keep, tScS, row0, key0, b, head_q, p);
 
     // P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T is still in flight. LSE_log2 is +inf on
     // fully masked and padding rows, so P is exactly 0 there.
@@ -157,7 +163,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     warpgroup_fence_operand(acc_s);
     Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
     const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
-    const int32_t row0 = m * kBlockM;
     // Partial tiles: each key's masked rows as intervals counted from the tile's first row, built
     // here rather than kept across tiles (registers the unmasked tiles need).
     MaskedRows masked_rows[kRows];
@@ -187,12 +192,14 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     warpgroup_fence_operand(acc_dp);
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol(acc_dp.layout()));
     const float* dpsum = smem.dpsum.data() + stage * kBlockM;
+    if constexpr (kDropout) apply_dropout(acc_dp, keep, p.dropout_p);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size<1>(dp); ++j) {
       const float d = dpsum[get<1>(coord(0, j))];
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kRows; ++i) dp(i, j) = s(i, j) * (dp(i, j) - d);
     }
+    if constexpr (kDropout) apply_dropout(acc_s, keep, p.dropout_p);
 
     // dV += P^T dO and dK += dS^T Q, the 16-bit P^T / dS^T as register A operands.
     Tensor p_frag = convert_fragment<Element>(acc_s);

@@ -15,7 +15,9 @@
 namespace flashmask {
 namespace sm90 {
 
-template <class Traits, bool kWriteDq>
+// kDropout: its own instantiation (non-deterministic only), so that calls without dropout keep the
+// code they had.
+template <class Traits, bool kWriteDq, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     bwd_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -50,7 +52,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    consume_bwd_tiles<Traits, kWriteDq>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+    consume_bwd_tiles<Traits, kWriteDq, kDropout>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
   }
 #endif
 }

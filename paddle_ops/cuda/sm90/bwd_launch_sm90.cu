@@ -24,8 +24,8 @@ bool device_runs_sm90_bwd() {
 
 bool bwd_sm90_selected(const BwdParams& p) {
   const bool selected =
-      sm90::forced_path() != 80 && sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.dropout_p == 0.f &&
-      device_runs_sm90_bwd();
+      sm90::forced_path() != 80 && sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) &&
+      !(p.dropout_p > 0.f && p.deterministic) && device_runs_sm90_bwd();
   static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
   if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
     logged = true;

@@ -37,7 +37,11 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
       p.softmax_scale * 1.4426950408889634f};
   // Deterministic: dK/dV here (no atomics anywhere), dQ by the portable kernel that walks each query
   // block's key blocks in ascending order.
-  auto kernel = p.deterministic ? bwd_kernel<Traits, false> : bwd_kernel<Traits, true>;
+  // Dropout: non-deterministic only (bwd_sm90_selected leaves deterministic dropout to the portable
+  // kernels).
+  auto kernel = p.deterministic         ? bwd_kernel<Traits, false>
+                : p.dropout_p > 0.f     ? bwd_kernel<Traits, true, true>
+                                        : bwd_kernel<Traits, true>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   kernel<<<bwd::key_block_grid(p, ws), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::bwd_kernel");

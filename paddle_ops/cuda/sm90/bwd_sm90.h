@@ -13,8 +13,8 @@
 namespace flashmask {
 
 // True when this problem runs on the sm90 backward: compute capability 9.0 with the sm_90a kernels
-// in this build, D and Dv CUDA head dims (path_sm90.h), no dropout (deterministic mode: Hopper
-// dK/dV, then the portable deterministic dQ kernel).
+// in this build, D and Dv CUDA head dims (path_sm90.h), not dropout together with deterministic
+// mode (deterministic mode: Hopper dK/dV, then the portable deterministic dQ kernel).
 // FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90 on (where supported).
 bool bwd_sm90_selected(const BwdParams& p);
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);

@@ -2,8 +2,11 @@
 // key block of its query block's list,
 // S = Q K^T (wgmma, both operands in smem), the element mask on partial tiles only, the online
 // softmax in fp32, and O += P V with P straight from registers (wgmma RS). The list is ordered
-// partial-first (preprocess.cuh), so the mask is compiled into the first loop alone.
+// partial-first (preprocess.cuh), so the mask is compiled into the first loop alone. With dropout
+// (kDropout) each P is multiplied by its keep factor after the row sums took it in, before P V.
 #pragma once
+
+#include "../dropout_tile.cuh"
 
 #include "fwd_epilogue.cuh"
 #include "fwd_layout.cuh"
@@ -16,7 +19,7 @@
 namespace flashmask {
 namespace sm90 {
 
-template <class Traits>
+template <class Traits, bool kDropout>
 __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
                                               typename Traits::SharedStorage& smem,
                                               typename Traits::PipelineQ& pipeline_q,
@@ -101,6 +104,15 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
           }
         }
       };
+      // Dropout's keep factors on P_i (key block n_block): the softmax's row sums already hold
+      // every weight, so only P V sees the dropped ones.
+      auto drop = [&](int32_t n_block) {
+        if constexpr (kDropout) {
+          uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
+          dropout_keep_bits(keep, tScS, row0, n_block * Traits::kBlockN, tile.b, tile.head_q, p);
+          apply_dropout(acc_s, keep, p.dropout_p);
+        }
+      };
       // First block: S_0, softmax, P_0.
       const int32_t entry0 = entries[0];
       pipeline_k.consumer_wait(read);
@@ -109,13 +121,14 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       if (num_partial > 0) mask_if(0, entry_n_block(entry0), read.index(), cute::true_type{});
       pipeline_k.consumer_release(read);
       softmax.step(acc_s, correction);
+      drop(entry_n_block(entry0));
       Tensor p_frag = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
       read_v = read;
       ++read;
       auto visit = [&](int32_t i, auto partial) {
         // Loaded before the wgmmas are issued, used after they retire.
-        const int32_t n_block = decltype(partial)::value ? entry_n_block(entries[i]) : 0;
+        const int32_t n_block = decltype(partial)::value || kDropout ? entry_n_block(entries[i]) : 0;
         pipeline_k.consumer_wait(read);
         wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_qk, tSrQ_t, tSrK(_, _, _, read.index()), acc_s);
         pipeline_v.consumer_wait(read_v);
@@ -125,6 +138,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         mask_if(i, n_block, read.index(), partial);
         pipeline_k.consumer_release(read);
         softmax.step(acc_s, correction);
+        drop(n_block);
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
         warpgroup_fence_operand(acc_o);
         pipeline_v.consumer_release(read_v);

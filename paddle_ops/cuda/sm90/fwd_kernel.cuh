@@ -13,7 +13,9 @@
 namespace flashmask {
 namespace sm90 {
 
-template <class Traits>
+// kDropout: its own instantiation (as on the portable kernels), so that calls without dropout keep
+// the code they had.
+template <class Traits, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     fwd_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const kp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -46,7 +48,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     if (threadIdx.x == 0) produce_tiles<Traits>(kp, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tiles);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    consume_tiles<Traits>(kp, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tiles);
+    consume_tiles<Traits, kDropout>(kp, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tiles);
   }
 #endif
 }

@@ -28,6 +28,7 @@ bool device_runs_sm90() {
 int sm90::fwd_block_m(const FwdParams& p) {
   const int d = sm90::kernel_head_dim(p);
   if (d > 128) return 128;  // the only instantiated shape at 256 columns
+  if (p.dropout_p > 0.f) return 128;  // the only shape with a dropout instantiation
   const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
   if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
@@ -41,9 +42,7 @@ int sm90::fwd_block_m(const FwdParams& p) {
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {
-  // Dropout runs on the portable kernels only (dropout_tile.cuh).
-  const bool supported =
-      sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.seqlen_k > 0 && p.dropout_p == 0.f;
+  const bool supported = sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.seqlen_k > 0;
   // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (sm90/DESIGN_forward.md).
   constexpr bool kDefaultOn = true;
   const int forced = sm90::forced_path();

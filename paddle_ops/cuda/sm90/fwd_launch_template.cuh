@@ -48,7 +48,7 @@ int64_t resident_ctas(Kernel kernel, int threads, int smem_bytes) {
   return ctas;
 }
 
-template <typename Element, int kHeadDim, int kBlockM, bool kPersistent = false>
+template <typename Element, int kHeadDim, int kBlockM, bool kPersistent = false, bool kDropout = false>
 void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_counter,
                 const FwdMaskPayload& payload, const int32_t* tile_order, cudaStream_t stream) {
   using namespace cute;
@@ -71,7 +71,7 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
       payload,
       tile_order};
   launch_mask_payload<Traits>(p, lists, payload, stream);
-  auto kernel = fwd_kernel<Traits>;
+  auto kernel = fwd_kernel<Traits, kDropout>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      Traits::kSmemBytes));
   // All of the unified L1/shared array as shared memory, so that kMinBlocksPerSM CTAs fit.
@@ -95,6 +95,12 @@ template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
                          int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
                          cudaStream_t stream) {
+  // Dropout: one shape, 128 rows and one tile per CTA (fwd_block_m picks 128 rows for it).
+  if (p.dropout_p > 0.f) {
+    if (block_m != 128) throw std::runtime_error("flashmask run_fwd_sm90: dropout runs the 128-row kernel");
+    launch_fwd<Element, kHeadDim, 128, false, true>(p, lists, tile_counter, payload, tile_order, stream);
+    return;
+  }
   const bool persistent = use_persistent(p, block_m);
   // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
   // shape (fwd_block_m() never asks): Q, K and V would not leave room for a second CTA on the SM,

@@ -16,9 +16,9 @@
 namespace flashmask {
 
 // True when this problem runs on the sm90 path: the current device has compute capability 9.0,
-// the sm_90a kernels are in this build, D and Dv are CUDA head dims (path_sm90.h), Sk > 0 and no
-// dropout (other cases take the portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off,
-// =sm90 turns it on.
+// the sm_90a kernels are in this build, D and Dv are CUDA head dims (path_sm90.h) and Sk > 0
+// (other cases take the portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90
+// turns it on.
 bool fwd_sm90_selected(const FwdParams& p);
 size_t fwd_sm90_workspace_bytes(const FwdParams& p);
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream);
