@@ -79,4 +79,13 @@ __device__ __forceinline__ void apply_dropout(Frag& frag, const uint32_t (&keep)
 // Words of keep bits for a fragment of kValues values.
 constexpr int dropout_words_for(int values) { return (values + 31) / 32; }
 
+// dropout_keep_bits and apply_dropout in one, for a fragment whose keep bits serve only it.
+template <class Frag, class Coords>
+__device__ __forceinline__ void apply_tile_dropout(Frag& frag, Coords const& coords, int row0, int col0, int b,
+                                                   int head_q, const FwdParams& p) {
+  uint32_t keep[dropout_words_for(decltype(cute::size(frag))::value)];
+  dropout_keep_bits(keep, coords, row0, col0, b, head_q, p);
+  apply_dropout(frag, keep, p.dropout_p);
+}
+
 }  // namespace flashmask

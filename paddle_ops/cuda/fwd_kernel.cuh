@@ -376,9 +376,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
     softmax_step(scores, row_max, row_sum, acc_o_rc, scale_log2);
     if constexpr (kDropout) {  // after the row sums, which normalise with every weight
-      uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
-      dropout_keep_bits(keep, tScS, row0, n_block * kBlockN, b, head, p);
-      apply_dropout(acc_s, keep, p.dropout_p);
+      apply_tile_dropout(acc_s, tScS, row0, n_block * kBlockN, b, head, p);
     }
     Tensor probs = convert_to<Element>(acc_s);
     Tensor tOrP = make_tensor(probs.data(), acc_as_a_operand(probs.layout()));

@@ -129,7 +129,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   int ds_buffer = 0;
   bool kv_ready = false;
   // One tile; kMasked compiles the element mask in (partial tiles, the key block crossing Sk).
-  auto visit = [&](int32_t head_q, int32_t m, auto kMasked) {
+  // Inlined also where dropout makes it long: an out-of-line body keeps the accumulators in local memory.
+  auto visit = [&](int32_t head_q, int32_t m, auto kMasked) __attribute__((always_inline)) {
     if (!kv_ready) {
       smem.barrier_kv.wait(0);
       kv_ready = true;
@@ -146,16 +147,17 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     }
     const int stage = read.index();
 
+    const int32_t row0 = m * kBlockM;
+    // Dropout's keep bits, before S^T and dP^T take their registers (under the wgmmas ptxas spilled
+    // 500 bytes) and while this tile's Q may still be arriving.
+    [[maybe_unused]] uint32_t keep[dropout_words_for(kWGKeys * kBlockM / 128)];
+    if constexpr (kDropout) dropout_keep_bits_transposed(keep, tScS, row0, key0, b, head_q, p);
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
     pipeline_q.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
-    const int32_t row0 = m * kBlockM;
-    // Dropout's keep bits, computed while both wgmmas run.
-    [[maybe_unused]] uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
-    if constexpr (kDropout) dropout_keep_bits_transposed(keep, tScS, row0, key0, b, head_q, p);
 
     // P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T is still in flight. LSE_log2 is +inf on
     // fully masked and padding rows, so P is exactly 0 there.

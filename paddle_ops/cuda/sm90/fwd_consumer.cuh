@@ -104,15 +104,8 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
           }
         }
       };
-      // Dropout's keep factors on P_i (key block n_block): the softmax's row sums already hold
-      // every weight, so only P V sees the dropped ones.
-      auto drop = [&](int32_t n_block) {
-        if constexpr (kDropout) {
-          uint32_t keep[dropout_words_for(decltype(size(acc_s))::value)];
-          dropout_keep_bits(keep, tScS, row0, n_block * Traits::kBlockN, tile.b, tile.head_q, p);
-          apply_dropout(acc_s, keep, p.dropout_p);
-        }
-      };
+      // Dropout's keep factors go on each P_i after the softmax's row sums took every weight in,
+      // so only P V sees the dropped ones.
       // First block: S_0, softmax, P_0.
       const int32_t entry0 = entries[0];
       pipeline_k.consumer_wait(read);
@@ -121,12 +114,14 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       if (num_partial > 0) mask_if(0, entry_n_block(entry0), read.index(), cute::true_type{});
       pipeline_k.consumer_release(read);
       softmax.step(acc_s, correction);
-      drop(entry_n_block(entry0));
+      if constexpr (kDropout)
+        apply_tile_dropout(acc_s, tScS, row0, entry_n_block(entry0) * Traits::kBlockN, tile.b, tile.head_q, p);
       Tensor p_frag = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
       read_v = read;
       ++read;
-      auto visit = [&](int32_t i, auto partial) {
+      // Inlined also where dropout makes it long: an out-of-line body keeps S, P and O in local memory.
+      auto visit = [&](int32_t i, auto partial) __attribute__((always_inline)) {
         // Loaded before the wgmmas are issued, used after they retire.
         const int32_t n_block = decltype(partial)::value || kDropout ? entry_n_block(entries[i]) : 0;
         pipeline_k.consumer_wait(read);
@@ -138,7 +133,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         mask_if(i, n_block, read.index(), partial);
         pipeline_k.consumer_release(read);
         softmax.step(acc_s, correction);
-        drop(n_block);
+        if constexpr (kDropout) apply_tile_dropout(acc_s, tScS, row0, n_block * Traits::kBlockN, tile.b, tile.head_q, p);
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
         warpgroup_fence_operand(acc_o);
         pipeline_v.consumer_release(read_v);
