@@ -313,7 +313,12 @@ class FlashMask(Impl):
         idx = None if case["mask"] in ("causal", "full") else case["indices"]
         causal = case["causal"]
         q, k, v = case["q_bshd"], case["k_bshd"], case["v_bshd"]
-        return self.wrap(lambda: self.attn(q, k, v, idx, causal=causal))
+        if not case["dropout"]:
+            return self.wrap(lambda: self.attn(q, k, v, idx, causal=causal))
+        # A fixed [seed, offset]: every variant drops the same elements, so outputs stay comparable.
+        seed_offset = self.torch.tensor([case["seed"], 0], dtype=self.torch.int64)
+        return self.wrap(lambda: self.attn(q, k, v, idx, causal=causal, dropout=case["dropout"],
+                                           fixed_seed_offset=seed_offset))
 
 
 def is_ours(impl_name: str) -> bool:
@@ -542,7 +547,7 @@ def measure(torch, impl, case, warmup, reps, row):
     return result
 
 
-def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, seed):
+def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, seed, dropout=0.0):
     dev = torch.device("cpu" if SMOKE else "cuda")
     docs = []
     cm = build_mask(mask_name, seqlen, batch, seed, docs)
@@ -561,7 +566,7 @@ def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, 
     q, k, v, dout = rnd(heads), rnd(heads_k), rnd(heads_k), rnd(heads).detach()
     bhsd = [t.detach().transpose(1, 2).contiguous().requires_grad_(True) for t in (q, k, v)]
     return {"mask": mask_name, "seqlen": seqlen, "batch": batch, "heads": heads, "heads_k": heads_k,
-            "head_dim": head_dim, "causal": cm.causal, "indices": indices, "bounds": bounds, "docs": docs,
+            "head_dim": head_dim, "causal": cm.causal, "dropout": dropout, "seed": seed, "indices": indices, "bounds": bounds, "docs": docs,
             "pairs": pairs, "density": density, "q_bshd": q, "k_bshd": k, "v_bshd": v, "dout_bshd": dout,
             "q_bhsd": bhsd[0], "k_bhsd": bhsd[1], "v_bhsd": bhsd[2],
             "dout_bhsd": dout.transpose(1, 2).contiguous(), "extra": {}}
@@ -573,7 +578,7 @@ COLUMNS = ("impl", "mask", "seqlen", "batch", "heads", "heads_k", "head_dim", "d
 
 
 def row_key(r):
-    return (r["mask"], r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"])
+    return (r["mask"], r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"], r.get("dropout", 0.0))
 
 
 def best_peers(rows) -> dict:
@@ -683,6 +688,8 @@ def parse_args(argv):
                    help="also keep warming up until this many seconds passed (GPU clocks)")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="attention dropout in training, ours only (the peers are skipped): fixed seed per row")
     p.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "kernel_h200.json")
     p.add_argument("--png", type=Path, default=None, help="default: the --json path with .png")
     p.add_argument("--append", action="store_true",
@@ -725,14 +732,17 @@ def main(argv=None) -> int:
                 for heads_k in args.heads_k:
                     for mask_name in args.masks:
                         case = make_case(torch, mask_name, seqlen, batch, args.heads, heads_k, head_dim,
-                                         dtypes[dt_name], args.seed)
+                                         dtypes[dt_name], args.seed, args.dropout)
                         outputs = {}
                         for impl in impls:
                             row = {"impl": impl.name, "mask": mask_name, "seqlen": seqlen, "batch": batch,
                                    "heads": args.heads, "heads_k": heads_k, "head_dim": head_dim,
                                    "dtype": "fp32" if SMOKE else dt_name, "density": round(case["density"], 4),
                                    "pairs": case["pairs"]}
-                            why = impl.supports(case)
+                            if args.dropout:
+                                row["dropout"] = args.dropout
+                            why = impl.supports(case) or (None if is_ours(impl.name) or not args.dropout
+                                                          else "dropout: ours only")
                             if why:
                                 row["skipped"] = why
                                 rows.append(row)

@@ -232,7 +232,7 @@ __device__ __forceinline__ void softmax_step(Scores& scores, RowStat& row_max, R
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-// kDropout: a separate instantiation, so that the dropout code (a Philox call per pair of values)
+// kDropout: a separate instantiation, so that the dropout code (a Philox call per four values)
 // adds no register pressure to calls without it (compiled into one kernel with a runtime branch,
 // ptxas spill loads of the D = 128 kernels grew from 184 / 484 to 352 / 1016 bytes).
 template <class Traits, bool kDropout>

@@ -67,9 +67,10 @@ def check_dropout(case: Case, p: float = 0.25, device: str = "cuda") -> dict:
 
 def dropout_cases():
     rng = np.random.default_rng(4321)
-    for i, (d, dv) in enumerate([(128, 128), (96, 64)]):
+    dims_forms = [(128, 128, FORMS[0]), (96, 64, FORMS[4]), (64, 64, FORMS[2]), (256, 256, FORMS[5])]
+    for i, (d, dv, form) in enumerate(dims_forms):
         yield Case(batch=2, seqlen_q=97, seqlen_k=143, heads_q=4, heads_k=2, head_dim=d, head_dim_v=dv,
-                   dtype="bf16", causal=i == 0, indices=random_bounds(rng, FORMS[4 * i], 2, 2, 97, 143),
+                   dtype="bf16", causal=form[0], indices=random_bounds(rng, form, 2, 2, 97, 143),
                    seed=300 + i, deterministic=i == 1)
 
 
