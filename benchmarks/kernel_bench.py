@@ -566,8 +566,9 @@ def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, 
     q, k, v, dout = rnd(heads), rnd(heads_k), rnd(heads_k), rnd(heads).detach()
     bhsd = [t.detach().transpose(1, 2).contiguous().requires_grad_(True) for t in (q, k, v)]
     return {"mask": mask_name, "seqlen": seqlen, "batch": batch, "heads": heads, "heads_k": heads_k,
-            "head_dim": head_dim, "causal": cm.causal, "dropout": dropout, "seed": seed, "indices": indices, "bounds": bounds, "docs": docs,
-            "pairs": pairs, "density": density, "q_bshd": q, "k_bshd": k, "v_bshd": v, "dout_bshd": dout,
+            "head_dim": head_dim, "causal": cm.causal, "dropout": dropout, "seed": seed, "indices": indices,
+            "bounds": bounds, "docs": docs, "pairs": pairs, "density": density,
+            "q_bshd": q, "k_bshd": k, "v_bshd": v, "dout_bshd": dout,
             "q_bhsd": bhsd[0], "k_bhsd": bhsd[1], "v_bhsd": bhsd[2],
             "dout_bhsd": dout.transpose(1, 2).contiguous(), "extra": {}}
 
@@ -741,8 +742,9 @@ def main(argv=None) -> int:
                                    "pairs": case["pairs"]}
                             if args.dropout:
                                 row["dropout"] = args.dropout
-                            why = impl.supports(case) or (None if is_ours(impl.name) or not args.dropout
-                                                          else "dropout: ours only")
+                            why = impl.supports(case)
+                            if not why and args.dropout and not is_ours(impl.name):
+                                why = "dropout: ours only"
                             if why:
                                 row["skipped"] = why
                                 rows.append(row)
