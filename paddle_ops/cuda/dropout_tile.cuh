@@ -42,8 +42,8 @@ __device__ __forceinline__ void dropout_keep_bits(uint32_t (&keep)[kWords], Coor
   for (int w = 0; w < kWords; ++w) keep[w] = 0u;
   CUTE_UNROLL
   for (int i = 0; i < kValues; i += 4) {
-    const int row = row0 + (odd ? cute::get<0>(coords(i + 2)) : cute::get<0>(coords(i)));
-    const int col = col0 + (odd ? cute::get<1>(coords(i + 2)) : cute::get<1>(coords(i)));
+    const auto c = odd ? coords(i + 2) : coords(i);
+    const int row = row0 + cute::get<0>(c), col = col0 + cute::get<1>(c);
     const Philox4 words = dropout_words(p.dropout_seed, p.dropout_offset, batch_head, row, col / 4);
     // The even lane's columns are words 0, 1 of each group, the odd lane's words 2, 3.
     const uint32_t give0 = odd ? words.x[0] : words.x[2], give1 = odd ? words.x[1] : words.x[3];

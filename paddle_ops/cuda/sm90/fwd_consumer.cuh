@@ -104,8 +104,6 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
           }
         }
       };
-      // Dropout's keep factors go on each P_i after the softmax's row sums took every weight in,
-      // so only P V sees the dropped ones.
       // First block: S_0, softmax, P_0.
       const int32_t entry0 = entries[0];
       pipeline_k.consumer_wait(read);

@@ -93,7 +93,8 @@ size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
 }
 
 void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
-  const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
+  const int columns = sm90::kernel_head_dim(p);  // of the instantiation that runs
+  const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, columns);
   const FwdBlockLists lists = build_fwd_block_lists(p, block_m, block_n, workspace, stream);
   if (lists.num_m_blocks == 0) return;
   const Sm90FwdWorkspace layout(p, block_m, block_n);
@@ -112,7 +113,7 @@ void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
     order = reinterpret_cast<int32_t*>(ws + layout.order);
     sm90::launch_fwd_tile_order(p, lists, order, stream);
   }
-  sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_fwd_sm90", [&](auto e, auto d) {
+  sm90::dispatch_instantiation(p.dtype, columns, "run_fwd_sm90", [&](auto e, auto d) {
     sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, payload, order,
                                                                stream);
   });
