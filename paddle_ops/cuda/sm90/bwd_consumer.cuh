@@ -95,6 +95,15 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
   constexpr int kRows = decltype(size<0>(coord))::value;  // keys held by this thread
+  // dS^T as (key, query, buffer), this warpgroup's keys: its accumulators leave by stmatrix, 8 x 8
+  // blocks whose rows are a key's 8 adjacent queries (16 contiguous bytes of the query-contiguous
+  // layout), four blocks per instruction instead of a 32-bit store per query pair.
+  Tensor sdSt = make_tensor(sdS.data(), select<1, 0, 2>(sdS.layout()));
+  Tensor sdStw = local_tile(sdSt, Shape<Int<kWGKeys>, Int<kBlockM>, Int<Traits::kDsBuffers>>{},
+                            make_coord(key_slice, _0{}, _0{}));
+  auto r2s_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  auto thr_r2s_ds = r2s_ds.get_thread_slice(tidx);
+  Tensor tdSsdS = thr_r2s_ds.partition_D(sdStw);  // (CPY, CPY_M, CPY_N, buffer)
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kWGCols>>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kWGCols>>{});
@@ -214,21 +223,9 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     }
 
     if constexpr (kWriteDq) {
-      // dS into shared memory (query-contiguous: adjacent query pairs are one 32-bit store), for
-      // the async proxy (wgmma) to read after the barrier.
-      Tensor ds = make_tensor(ds_frag.data(), acc_rowcol(acc_dp.layout()));
+      // dS into shared memory by stmatrix, for the async proxy (wgmma) to read after the barrier.
       const int ds_slot = kSplitHeadDim ? 2 * wg + ds_buffer : ds_buffer;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kRows; ++i) {
-        const int key = key_slice * kWGKeys + get<0>(coord(i, 0));
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(ds); j += 2) {
-          cutlass::Array<Element, 2> pair;
-          pair[0] = ds(i, j);
-          pair[1] = ds(i, j + 1);
-          *reinterpret_cast<cutlass::Array<Element, 2>*>(&sdS(get<1>(coord(i, j)), key, ds_slot)) = pair;
-        }
-      }
+      cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot));
       cutlass::arch::fence_view_async_shared();
       if constexpr (Traits::kDsExchange) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
       else cutlass::arch::NamedBarrier::sync(128, kBarrierWarpgroup + wg);

@@ -109,7 +109,7 @@ struct BwdTraits {
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
                                          Step<_2, _1, _3>{})));
   // dS [kBlockM, kBlockN, buffer]: the A operand of dQ, query-contiguous (MN-major) so that a
-  // consumer's dS^T registers (adjacent query pairs) store as 32-bit words; each warpgroup writes
+  // consumer's dS^T registers (adjacent queries of a key) store by stmatrix; each warpgroup writes
   // its keys' columns. Double-buffered: a warp may write step i+1's dS while another still reads
   // step i's (a pair per warpgroup at D = 256, where the warpgroups' keys coincide).
   static constexpr int kDsBuffers = kSplitHeadDim ? 2 * kConsumerWGs : 2;
