@@ -54,7 +54,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   constexpr bool kDqUnderDk = kWriteDq && Traits::kCanWriteDqUnderDk;
   const BwdParams& p = kp.p;
   const bwd::Workspace& ws = kp.ws;
-  const int wg = threadIdx.x / 128 - 1;  // consumer warpgroup 0 .. kConsumerWGs-1
+  // Consumer warpgroup 0 .. kConsumerWGs-1, broadcast from lane 0 so that the compiler knows it is
+  // warp-uniform: the shared-memory descriptors and addresses derived from it (this warpgroup's keys,
+  // its dS and dQ buffers) stay in uniform registers.
+  const int wg = cutlass::canonical_warp_group_idx() - 1;
   const int tidx = threadIdx.x % 128;
 
   typename Traits::TiledMmaSdP mma_sdp;
