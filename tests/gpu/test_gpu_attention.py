@@ -191,6 +191,22 @@ def test_fully_masked_rows_give_zero_output_minus_inf_lse_zero_grads():
     assert err["out_dead_nonzero"] == 0 and err["lse_dead_not_-inf"] == 0 and err["dq_dead_nonzero"] == 0
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("form", [(True, 1), (True, 2), (False, 2), (False, 4)], ids=form_id)
+def test_key_blocks_no_query_sees_get_zero_grads(form, head_dim):
+    # Keys [128, 384) masked for every row: whole backward key blocks (CTAs) with no tile to visit,
+    # between blocks that have tiles, at every key-block size (64 or 128 keys).
+    sq, sk = 300, 520
+    rng = np.random.default_rng(SEED + 17 + head_dim)
+    idx = random_bounds(rng, form, 1, 2, sq, sk)
+    idx[:, :, 128:384, 0] = 0  # LTS = 0: the lower interval starts at the first row ...
+    if form in ((True, 2), (False, 4)):
+        idx[:, :, 128:384, 1] = sq  # ... and LTE = Sq where the form has one
+    err = check(Case(batch=1, seqlen_q=sq, seqlen_k=sk, heads_q=4, heads_k=2, head_dim=head_dim, dtype="bf16",
+                     causal=form[0], indices=idx, seed=SEED + 17 + head_dim))
+    assert err["dkdv_dead_nonzero"] == 0
+
+
 def test_causal_with_more_queries_than_keys_masks_leading_rows():
     # bottom-right alignment: query i sees keys j <= i + Sk - Sq, so the first Sq - Sk rows see nothing
     check(Case(batch=1, seqlen_q=300, seqlen_k=100, heads_q=2, heads_k=1, head_dim=64, dtype="bf16",
