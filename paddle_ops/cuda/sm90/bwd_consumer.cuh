@@ -119,6 +119,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // mask every row.
   ColumnBounds columns[kRows];
   const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
+  int32_t loaded_head = -1;
 
   // This warpgroup's dQ chunks leave through shared memory where it has room (kDqViaSmem): stored
   // in the dq_accum layout, then added to the fp32 workspace by the dQ writer warp's bulk
@@ -147,26 +148,28 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       smem.barrier_kv.wait(0);
       kv_ready = true;
     }
-    const int32_t* slice = bwd::mask_slice_or_null(p, b, head_q);
-    if (slice != loaded_slice) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kRows; ++i) {
-        const int32_t key = key0 + get<0>(coord(i, 0));
-        columns[i] = key < p.seqlen_k ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
-                                      : ColumnBounds{0, INT32_MAX, 0, 0};
+    if (head_q != loaded_head) {  // the slice's address costs ~20 instructions; heads change rarely
+      loaded_head = head_q;
+      const int32_t* slice = bwd::mask_slice_or_null(p, b, head_q);
+      if (slice != loaded_slice) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kRows; ++i) {
+          const int32_t key = key0 + get<0>(coord(i, 0));
+          columns[i] = key < p.seqlen_k ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
+                                        : ColumnBounds{0, INT32_MAX, 0, 0};
+        }
+        loaded_slice = slice;
       }
-      loaded_slice = slice;
     }
     const int stage = read.index();
 
     const int32_t row0 = m * kBlockM;
     // Dropout's keep bits, before S^T and dP^T take their registers (under the wgmmas ptxas spilled
-    // 500 bytes) and while this tile's Q may still be arriving.
+    // 500 bytes).
     [[maybe_unused]] uint32_t keep[dropout_words_for(kWGKeys * kBlockM / 128)];
     if constexpr (kDropout) dropout_keep_bits_transposed(keep, tScS, row0, key0, b, head_q, p);
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
-    pipeline_q.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
@@ -280,10 +283,14 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     ++read;
     ds_buffer ^= 1;
   };
-  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool masked) {
-    if (masked) visit(head_q, m, cute::true_type{});
-    else visit(head_q, m, cute::false_type{});
-  });
+  // The producer's tiles (bwd_tiles.cuh), each read from its Q stage once the stage is full.
+  for (;;) {
+    pipeline_q.consumer_wait(read);
+    const BwdTile tile = smem.tiles[read.index()];
+    if (tile.is_end()) break;
+    if (tile.masked_elements) visit(tile.head_q, tile.m_block, cute::true_type{});
+    else visit(tile.head_q, tile.m_block, cute::false_type{});
+  }
 
   store_dkdv<Traits>(kp, smem, acc_dk, acc_dv, mma_dkv, tidx, key_slice, col_slice, n_block, head_k, b);
 }

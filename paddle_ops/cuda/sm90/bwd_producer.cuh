@@ -1,7 +1,8 @@
-// The producer of the sm90 backward: one thread issues every load. K and V of the CTA's key block
-// once (their own transaction barrier, at the first visible tile), then for each tile Q with its
-// LSE row vector and dO with its D row vector into the kStages-deep rings; the consumers release a
-// stage once the wgmmas that read it have retired.
+// The producer of the sm90 backward: one thread walks the CTA's tiles and issues every load. K and V
+// of the CTA's key block once (their own transaction barrier, at the first visible tile), then for
+// each tile the tile itself (BwdTile), Q with its LSE row vector and dO with its D row vector into
+// the kStages-deep rings, finally an end-of-sequence tile; the consumers release a stage once the
+// wgmmas that read it have retired.
 #pragma once
 
 #include "bwd_params.cuh"
@@ -40,7 +41,14 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
 
   bool kv_issued = false;
   auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
-  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool) {
+  // The tile rides on its Q stage: written once the stage is free, before the arrive that the
+  // consumers' wait acquires.
+  auto publish = [&](const BwdTile& tile) {
+    while (pipeline_q.producer_try_acquire(write) != cutlass::BarrierStatus::WaitDone) {
+    }
+    smem.tiles[write.index()] = tile;
+  };
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool masked) {
     if (!kv_issued) {  // only CTAs with a visible tile load K and V (no load may outlive the CTA)
       smem.barrier_kv.arrive_and_expect_tx(2 * Traits::kKBytes);
       copy(kp.tma_k.with(reinterpret_cast<BarrierType&>(smem.barrier_kv), 0), get<0>(tK), get<1>(tK));
@@ -56,7 +64,9 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * kBlockM;
     const int stage = write.index();
 
-    pipeline_q.producer_acquire(write);  // expects the Q bytes; the LSE bytes are added before any copy
+    publish(BwdTile{m, head_q, masked, 0});
+    // Expects the Q bytes (the stage is free: publish waited); the LSE bytes are added before any copy.
+    pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});
     pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
     bulk_copy_g2s(smem.lse_log2.data() + stage * kBlockM, ws.lse_log2 + row, Traits::kRowVecBytes,
                   pipeline_q.producer_get_barrier(write));
@@ -69,6 +79,9 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     copy(kp.tma_do.with(*pipeline_do.producer_get_barrier(write), 0), tdOgdO, tdOsdO(_, stage));
     ++write;
   });
+  // The end of the sequence: a stage with no bytes to wait for, so a plain arrive completes it.
+  publish(BwdTile{-1, 0, 0, 0});
+  cutlass::arch::ClusterBarrier::arrive(pipeline_q.producer_get_barrier(write));
 }
 
 }  // namespace sm90

@@ -1,6 +1,10 @@
 // The tiles one backward CTA visits: for its key block, every (query head of the GQA group, query
-// block) whose tile is not fully masked, in a fixed order. The producer and both consumer
-// warpgroups walk the same sequence independently, so they agree without exchanging it.
+// block) whose tile is not fully masked, in a fixed order. The producer thread walks the sequence
+// and hands each tile to the consumer warpgroups on the Q stage that carries its Q (BwdTile), so
+// the tile classification runs once per CTA instead of once per consumer warp (~70 instructions
+// per warp and tile at D = 128). The dQ writer warps (bwd_dq_writer.cuh) walk it too: handing them
+// the destinations through shared memory would order a consumer's plain store before the writer's
+// load only by a named-barrier arrive, which compute-sanitizer's racecheck does not accept.
 #pragma once
 
 #include "flashmask/block.h"
@@ -33,6 +37,15 @@ __device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd:
     }
   }
 }
+
+// One visited tile as the producer hands it over, in the shared memory of its Q stage.
+struct alignas(16) BwdTile {
+  int32_t m_block;  // < 0: the sequence has ended
+  int32_t head_q;
+  int32_t masked_elements;  // the element mask must run (for_each_bwd_tile's third argument)
+  int32_t unused;
+  __device__ __forceinline__ bool is_end() const { return m_block < 0; }
+};
 
 }  // namespace sm90
 }  // namespace flashmask

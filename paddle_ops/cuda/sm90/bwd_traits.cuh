@@ -35,6 +35,7 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "bwd_tiles.cuh"
 #include "copy.cuh"
 
 namespace flashmask {
@@ -147,11 +148,13 @@ struct BwdTraits {
     cute::array_aligned<float, kDqViaSmem ? kConsumerWGs * kBlockM * kWGDqCols : 4, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
+    cute::array_aligned<BwdTile, kStages, 16> tiles;             // rides on the Q stage too
     typename Pipeline::SharedStorage pipeline_q;
     typename Pipeline::SharedStorage pipeline_do;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm90 CTA may take");
 };
 
 }  // namespace sm90
