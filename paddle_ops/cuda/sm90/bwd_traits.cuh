@@ -2,7 +2,7 @@
 // wgmma tiled MMAs and the TMA copy types, read by the producer, the consumers and the launcher.
 //
 // One CTA per (key block of kBlockN keys, head_k, batch): a producer warpgroup streams Q and dO
-// tiles of kBlockM = 64 query rows (with their LSE and D = rowsum(dO * O) rows) through
+// tiles of kBlockM query rows (128 at D = 64, else 64; with their LSE and D = rowsum(dO * O) rows) through
 // kStages-deep TMA rings to two consumer warpgroups. Every GEMM is a 64-row wgmma per warpgroup,
 // S and dP are computed transposed (keys as rows, "swapAB"):
 //   S^T  = K_w Q^T        (SS)           dP^T = V_w dO^T      (SS)
@@ -19,7 +19,8 @@
 //    but each step adds 64 x 128 fp32 to the workspace once, not twice. Measured on the H200
 //    (DESIGN_backward.md): private dQ partials gain 7-9% at D=64 and lose 2-6% at D=128 on dense rows.
 //    dQ leaves through shared memory by one bulk reduce-add per warpgroup and step.
-//    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32.
+//    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32;
+//    at D=64 (128-row steps): dK, dV 32 + 32, S^T and dP^T 64 + 64, dQ 64.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
 //    kBlockN = 64 keys shared by both warpgroups and cols_w = dq_cols_w = [128w, 128w + 128). Each
 //    computes the whole S^T and dP^T (K = 256) itself: 7 GEMM units per step instead of 5, but no
@@ -51,7 +52,9 @@ struct BwdTraits {
   static constexpr int kConsumerWGs = 2;
   static constexpr bool kSplitHeadDim = kHeadDim > 128;  // warpgroups split D, not the keys (above)
   static constexpr int kWGKeys = 64;                      // the wgmma M of S^T, dP^T, dK, dV
-  static constexpr int kBlockM = 64;                      // query rows per step (the inner loop)
+  // Query rows per step (the inner loop): 128 at D = 64, where a 64-row step's GEMMs are too small
+  // to cover its fixed cost, 64 above (S^T, dP^T, dK, dV would not fit 240 registers at 128).
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
   static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
