@@ -12,7 +12,7 @@ constexpr uint32_t kBarrierDkdvStaged = 0;  // the other warpgroup's wgmmas reti
 constexpr uint32_t kBarrierDsReady = 1;     // dS of both warpgroups is in shared memory (D = 128)
 // One consumer warpgroup (128 threads): its stores to shared memory (its dS, its dQ) are done.
 constexpr uint32_t kBarrierWarpgroup = 2;   // + w
-// A consumer warpgroup and the dQ writer warp (128 + 32 threads).
+// A consumer warpgroup and its dQ writer warp (128 + 32 threads).
 constexpr uint32_t kBarrierDqEmpty = 4;     // + w: w may write its dQ buffer
 constexpr uint32_t kBarrierDqFull = 6;      // + w: w's dQ buffer holds this step's partial
 constexpr int kDqHandshakeThreads = 128 + 32;

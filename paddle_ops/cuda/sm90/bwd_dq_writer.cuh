@@ -1,6 +1,6 @@
-// The dQ writer of the sm90 backward (warp 1 of the producer warpgroup, kDqUnderDk kernels): per
-// visited tile and consumer warpgroup w, waits until w has put its fp32 dQ partial into its shared
-// buffer (dQFull[w]), adds the buffer to the dQ workspace by one bulk reduce-add, and frees the
+// The dQ writers of the sm90 backward (kDqUnderDk kernels; warp 1 + w of the producer warpgroup
+// serves consumer warpgroup w): per visited tile, waits until w has put its fp32 dQ partial into its
+// shared buffer (dQFull[w]), adds the buffer to the dQ workspace by one bulk reduce-add, and frees the
 // buffer again once the reduce has read it (dQEmpty[w]). The consumers only wait where they would
 // otherwise overwrite a buffer still being read, so neither the bulk issue nor its completion sits
 // in their step.
@@ -36,31 +36,30 @@ __device__ __forceinline__ int dq_col_slice_of(int wg) {
   return Traits::kDsExchange ? wg : (Traits::kSplitHeadDim ? wg : 0);
 }
 
+// One writer warp per consumer warpgroup w: bulk groups complete in issue order per thread, so a
+// single writer for both warpgroups could free w's buffer only behind the other's reduce, and took
+// w's partial only after the other's, which chained the two warpgroups every step.
 template <class Traits>
 __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& smem,
-                                         int32_t n_block, int32_t head_k, int32_t b) {
+                                         int32_t n_block, int32_t head_k, int32_t b, int w) {
   constexpr uint32_t kBytes = Traits::kBlockM * Traits::kWGDqCols * sizeof(float);
   const bool leader = threadIdx.x % 32 == 0;
   bool first = true;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
       kp.p, kp.ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int w = 0; w < Traits::kConsumerWGs; ++w) {
-          // Buffer w is free once the reduce issued from it one step ago has read it; the reduces
-          // issued since (one per other warpgroup) may still be reading.
-          if (leader && !first) cute::tma_store_wait<Traits::kConsumerWGs - 1>();
-          __syncwarp();
-          cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqEmpty + w);
-          cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqFull + w);
-          if (leader) {
-            bulk_reduce_add_s2g(dq_workspace_tile<Traits>(kp.p, kp.ws, b, head_q, m, dq_col_slice_of<Traits>(w)),
-                                dq_buffer<Traits>(smem, w), kBytes);
-            cute::tma_store_arrive();
-          }
+        // The buffer is free once the reduce issued from it one step ago has read it.
+        if (leader && !first) cute::tma_store_wait<0>();
+        __syncwarp();
+        cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqEmpty + w);
+        cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqFull + w);
+        if (leader) {
+          bulk_reduce_add_s2g(dq_workspace_tile<Traits>(kp.p, kp.ws, b, head_q, m, dq_col_slice_of<Traits>(w)),
+                              dq_buffer<Traits>(smem, w), kBytes);
+          cute::tma_store_arrive();
         }
         first = false;
       });
-  if (leader) cute::tma_store_wait<0>();  // the shared buffers must outlive the last reads
+  if (leader) cute::tma_store_wait<0>();  // the shared buffer must outlive the last read
 }
 
 }  // namespace sm90

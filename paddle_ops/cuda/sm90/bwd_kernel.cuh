@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
     if constexpr (kWriteDq && Traits::kCanWriteDqUnderDk) {
-      if (threadIdx.x / 32 == 1) write_dq<Traits>(kp, smem, n_block, head_k, b);
+      const int warp = threadIdx.x / 32;
+      if (warp >= 1 && warp <= Traits::kConsumerWGs) write_dq<Traits>(kp, smem, n_block, head_k, b, warp - 1);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
