@@ -75,8 +75,9 @@ __device__ __forceinline__ void dropout_keep_bits_transposed(uint32_t (&keep)[kW
   CUTE_UNROLL
   for (int i = 0; i < kValues; i += 4) {
     const auto c0 = coords(i), c1 = coords(i + 1), c2 = coords(i + 2), c3 = coords(i + 3);
-    // Component by component, spelled out: ptxas spilled more in the D = 128 dropout backward when
-    // the coordinate was selected once (80 -> 84 bytes) or through a select helper (68 -> 98).
+    // Component by component, spelled out: ptxas spilled more in the D = 128 dropout backward with
+    // a select helper (68 -> 98 bytes against this loop) and, on an earlier version of the loop
+    // that spilled 80, when the coordinate was selected once (80 -> 84).
     const int col = col0 + (s == 0   ? cute::get<0>(c0)
                             : s == 1 ? cute::get<0>(c1)
                             : s == 2 ? cute::get<0>(c2)
