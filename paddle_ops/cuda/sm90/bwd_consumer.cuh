@@ -170,6 +170,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     if constexpr (kDropout) dropout_keep_bits_transposed(keep, tScS, row0, key0, b, head_q, p);
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
+    if constexpr (!Traits::kTilesFromProducer) pipeline_q.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
@@ -283,13 +284,20 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     ++read;
     ds_buffer ^= 1;
   };
-  // The producer's tiles (bwd_tiles.cuh), each read from its Q stage once the stage is full.
-  for (;;) {
-    pipeline_q.consumer_wait(read);
-    const BwdTile tile = smem.tiles[read.index()];
-    if (tile.is_end()) break;
-    if (tile.masked_elements) visit(tile.head_q, tile.m_block, cute::true_type{});
-    else visit(tile.head_q, tile.m_block, cute::false_type{});
+  auto visit_kind = [&](int32_t head_q, int32_t m, bool masked) __attribute__((always_inline)) {
+    if (masked) visit(head_q, m, cute::true_type{});
+    else visit(head_q, m, cute::false_type{});
+  };
+  if constexpr (Traits::kTilesFromProducer) {
+    // The producer's tiles (bwd_tiles.cuh), each read from its Q stage once the stage is full.
+    for (;;) {
+      pipeline_q.consumer_wait(read);
+      const BwdTile tile = smem.tiles[read.index()];
+      if (tile.is_end()) break;
+      visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
+    }
+  } else {
+    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, visit_kind);
   }
 
   store_dkdv<Traits>(kp, smem, acc_dk, acc_dv, mma_dkv, tidx, key_slice, col_slice, n_block, head_k, b);

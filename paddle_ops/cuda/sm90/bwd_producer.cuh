@@ -64,9 +64,13 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * kBlockM;
     const int stage = write.index();
 
-    publish(BwdTile{m, head_q, masked, 0});
-    // Expects the Q bytes (the stage is free: publish waited); the LSE bytes are added before any copy.
-    pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});
+    // Expects the Q bytes; the LSE bytes are added before any copy.
+    if constexpr (Traits::kTilesFromProducer) {
+      publish(BwdTile{m, head_q, masked, 0});
+      pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});  // publish waited
+    } else {
+      pipeline_q.producer_acquire(write);
+    }
     pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
     bulk_copy_g2s(smem.lse_log2.data() + stage * kBlockM, ws.lse_log2 + row, Traits::kRowVecBytes,
                   pipeline_q.producer_get_barrier(write));
@@ -79,9 +83,11 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     copy(kp.tma_do.with(*pipeline_do.producer_get_barrier(write), 0), tdOgdO, tdOsdO(_, stage));
     ++write;
   });
-  // The end of the sequence: a stage with no bytes to wait for, so a plain arrive completes it.
-  publish(BwdTile{-1, 0, 0, 0});
-  cutlass::arch::ClusterBarrier::arrive(pipeline_q.producer_get_barrier(write));
+  if constexpr (Traits::kTilesFromProducer) {
+    // The end of the sequence: a stage with no bytes to wait for, so a plain arrive completes it.
+    publish(BwdTile{-1, 0, 0, 0});
+    cutlass::arch::ClusterBarrier::arrive(pipeline_q.producer_get_barrier(write));
+  }
 }
 
 }  // namespace sm90

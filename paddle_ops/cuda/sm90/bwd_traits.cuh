@@ -59,6 +59,9 @@ struct BwdTraits {
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
   static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
   static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
+  // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256, where a
+  // tile's GEMMs dwarf its classification, every warp walks the sequence itself.
+  static constexpr bool kTilesFromProducer = !kSplitHeadDim;
   static constexpr int kStages = kStages_;
   // dQ[:, dq_cols_w] in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
   static constexpr int kWGDqCols = kDsExchange ? kHeadDim / kConsumerWGs : kWGCols;
