@@ -2,7 +2,7 @@
 // wgmma tiled MMAs and the TMA copy types, read by the producer, the consumers and the launcher.
 //
 // One CTA per (key block of kBlockN keys, head_k, batch): a producer warpgroup streams Q and dO
-// tiles of kBlockM query rows (128 at D = 64, else 64; with their LSE and D = rowsum(dO * O) rows) through
+// tiles of kBlockM query rows (bwd_default_rows; with their LSE and D = rowsum(dO * O) rows) through
 // kStages-deep TMA rings to two consumer warpgroups. Every GEMM is a 64-row wgmma per warpgroup,
 // S and dP are computed transposed (keys as rows, "swapAB"):
 //   S^T  = K_w Q^T        (SS)           dP^T = V_w dO^T      (SS)
@@ -44,7 +44,12 @@ namespace sm90 {
 
 using namespace cute;
 
-template <typename Element_, int kHeadDim_, int kStages_ = 2>
+// Query rows per step (the inner loop): 128 at D = 64, where a 64-row step's GEMMs are too small to
+// cover its fixed cost, 64 above (S^T, dP^T, dK, dV would not fit 240 registers at 128). The
+// dropout kernel keeps 64 rows at every D (bwd_launch_template.cuh).
+constexpr int bwd_default_rows(int head_dim) { return head_dim == 64 ? 128 : 64; }
+
+template <typename Element_, int kHeadDim_, int kBlockM_ = bwd_default_rows(kHeadDim_), int kStages_ = 2>
 struct BwdTraits {
   using Element = Element_;
   using ElementAccum = float;
@@ -52,9 +57,7 @@ struct BwdTraits {
   static constexpr int kConsumerWGs = 2;
   static constexpr bool kSplitHeadDim = kHeadDim > 128;  // warpgroups split D, not the keys (above)
   static constexpr int kWGKeys = 64;                      // the wgmma M of S^T, dP^T, dK, dV
-  // Query rows per step (the inner loop): 128 at D = 64, where a 64-row step's GEMMs are too small
-  // to cover its fixed cost, 64 above (S^T, dP^T, dK, dV would not fit 240 registers at 128).
-  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+  static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
   static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
