@@ -121,29 +121,6 @@ def test_partial_tiles_with_and_without_mask_payloads(form, block_m, tiles, monk
                       heads_k=2, mask_heads=2, head_dim=128))
 
 
-@pytest.mark.parametrize("persistent", ["0", "1"])
-@pytest.mark.parametrize("form", FORMS, ids=form_id)
-def test_forward_of_192_rows_at_head_dim_64(form, persistent, monkeypatch):
-    """FLASHMASK_SM90_BLOCK_M=192: the Hopper forward's three-warpgroup shape at head dim 64 (192 x
-    128 tiles, fwd_traits.cuh), one tile per CTA and persistent: every form, GQA, mask heads = Hk,
-    Sq != Sk, lengths off every tile size, D = 40 padded to 64; with one payload slot per list, so
-    partial tiles take both the payload and the column intervals."""
-    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", "192")
-    monkeypatch.setenv("FLASHMASK_SM90_PERSISTENT", persistent)
-    monkeypatch.setenv("FLASHMASK_SM90_PAYLOAD_TILES", "1")
-    for d, dtype in ((64, "bf16"), (40, "fp16")):
-        check(fuzzed_case(form, seed_offset=1920 + d, batch=2, seqlen_q=777, seqlen_k=650, heads_q=4, heads_k=2,
-                          mask_heads=2, head_dim=d, dtype=dtype))
-
-
-def test_forward_of_192_rows_more_tiles_than_ctas(monkeypatch):
-    """The persistent 192-row forward with 416 tiles on a grid of one CTA per SM: each CTA claims
-    several tiles and its Q / K / V rings wrap from one tile into the next."""
-    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", "192")
-    check(fuzzed_case((True, 2), seed_offset=1930, batch=1, seqlen_q=2400, heads_q=32, heads_k=8, mask_heads=8,
-                      head_dim=64))
-
-
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2), (4, 1)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
 @pytest.mark.parametrize("mask_heads", ["1", "Hk", "Hq"])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2)], ids=form_id)

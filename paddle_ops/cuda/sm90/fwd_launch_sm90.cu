@@ -32,9 +32,6 @@ int sm90::fwd_block_m(const FwdParams& p) {
   const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
   if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
-  // Three consumer warpgroups of 64 rows (cuDNN-frontend's and FlashAttention-4's shape at
-  // head_dim <= 64); a block mask needs tiles that divide its 128-row blocks.
-  if (v != nullptr && std::strcmp(v, "192") == 0 && d == 64 && p.block_mask == nullptr) return 192;
   if (!p.mask_form.has_indices()) return 128;
   // Index masks: 128 rows (persistent) once rows are long enough for long key lists, else 64 rows
   // with two CTAs per SM. H200, bf16 D=128, B*S=32K, one process, fwd TFLOP/s 64 -> 128 rows (TMA

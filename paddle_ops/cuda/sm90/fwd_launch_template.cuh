@@ -105,13 +105,6 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int blo
   // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
   // shape (fwd_block_m() never asks): Q, K and V would not leave room for a second CTA on the SM,
   // which is what that shape is for.
-  if constexpr (kHeadDim == 64) {
-    if (block_m == 192) {
-      persistent ? launch_fwd<Element, kHeadDim, 192, true>(p, lists, tile_counter, payload, tile_order, stream)
-                 : launch_fwd<Element, kHeadDim, 192>(p, lists, tile_counter, payload, tile_order, stream);
-      return;
-    }
-  }
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
       persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, payload, tile_order, stream)
@@ -127,7 +120,7 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int blo
     launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, payload, tile_order, stream);
     return;
   }
-  throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, 64 below head_dim 256 or 192 at head_dim 64; got " +
+  throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, or 64 below head_dim 256; got " +
                            std::to_string(block_m));
 }
 

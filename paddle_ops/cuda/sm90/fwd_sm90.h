@@ -27,14 +27,12 @@ namespace sm90 {
 // Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention and, at
 // head_dim 128, for index masks over at least kLongRows query rows (persistent CTAs); else 64 (one
 // warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
-// always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256, =192 (three
-// consumer warpgroups) at head_dim 64 without a block mask (measurements).
+// always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
 constexpr int kLongRows = 8192;
 int fwd_block_m(const FwdParams& p);
-// Key tile: block_m up to 128 (192 rows take 128 keys, as 128 do), or 64 at head_dim 256, where a
-// 128-key K/V ring would not fit beside Q in shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O
-// would not fit the registers.
-constexpr int fwd_block_n(int block_m, int head_dim) { return head_dim > 128 ? 64 : block_m < 128 ? block_m : 128; }
+// Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
+// shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
+constexpr int fwd_block_n(int block_m, int head_dim) { return head_dim > 128 ? 64 : block_m; }
 // Bytes of one partial tile's mask payload (fwd_mask_payload.cuh): a bit per S accumulator value
 // (block_n / 2 per consumer thread: 64 rows per warpgroup), in 32-bit words, for the
 // block_m / 64 * 128 consumer threads.

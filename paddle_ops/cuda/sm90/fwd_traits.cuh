@@ -13,9 +13,6 @@
 // - 128 x 128 persistent (D <= 128): Q double-buffered (64 KB at D=128) beside the K and V rings:
 //   192 KB, so that the next tile's Q and first K/V loads overlap this tile's last blocks and
 //   epilogue.
-// - 192 x 128 at D=64, three consumer warpgroups (S 64 + O 32 + P 32 registers per thread), one
-//   tile per CTA or persistent: each K / V tile serves 192 query rows, and a step's wgmmas (K = 64)
-//   are short enough that a third warpgroup is what keeps the tensor pipe fed.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -59,14 +56,11 @@ struct FwdTraits {
   // - 2 WGs, one CTA: 24 / 240 (24 x 128 + 240 x 256 = 64512 <= 65536 registers); persistent
   //   40 / 232 (40 x 128 + 232 x 256 = 64512);
   // - 1 WG, two CTAs: 24 / 232 ((24 + 232) x 128 = 32768 per CTA); persistent 40 / 216 (its
-  //   producer's tile loop spilled at 24 and 32);
-  // - 3 WGs (D = 64), one CTA: 24 / 160 (24 x 128 + 160 x 384 = 64512); persistent 32 / 160 (65536;
-  //   at 40 / 152 the consumers spilled ~10 registers per key block).
+  //   producer's tile loop spilled at 24 and 32).
   static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
-  static constexpr int kProducerRegs = kPersistent ? (kConsumerWGs == 3 ? 32 : 40) : 24;
-  static constexpr int kConsumerRegs = kConsumerWGs == 3   ? 160
-                                       : kConsumerWGs == 2 ? (kPersistent ? 232 : 240)
-                                                           : (kPersistent ? 216 : 232);
+  static constexpr int kProducerRegs = kPersistent ? 40 : 24;
+  static constexpr int kConsumerRegs =
+      kConsumerWGs == 2 ? (kPersistent ? 232 : 240) : (kPersistent ? 216 : 232);
   // setmaxnreg only moves registers inside what the CTA got at launch (the __launch_bounds__ cap,
   // 65536 / (threads x CTAs per SM) rounded down to 8, per thread); asking for more makes the
   // consumers' setmaxnreg.inc wait forever (seen: 32 / 240 with 384 threads hung).
