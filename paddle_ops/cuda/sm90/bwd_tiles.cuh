@@ -1,10 +1,11 @@
 // The tiles one backward CTA visits: for its key block, every (query head of the GQA group, query
-// block) whose tile is not fully masked, in a fixed order. The producer thread walks the sequence
-// and hands each tile to the consumer warpgroups on the Q stage that carries its Q (BwdTile), so
-// the tile classification runs once per CTA instead of once per consumer warp (~70 instructions
-// per warp and tile at D = 128). The dQ writer warps (bwd_dq_writer.cuh) walk it too: handing them
-// the destinations through shared memory would order a consumer's plain store before the writer's
-// load only by a named-barrier arrive, which compute-sanitizer's racecheck does not accept.
+// block) whose tile is not fully masked, in a fixed order. At D <= 128 (kTilesFromProducer) the
+// producer thread walks the sequence and hands each tile to the consumer warpgroups on the Q stage
+// that carries its Q (BwdTile), so the tile classification runs once per CTA instead of once per
+// consumer warp (~70 instructions per warp and tile at D = 128); at D = 256 every warp walks it.
+// The dQ writer warps (bwd_dq_writer.cuh) walk it too: handing them the destinations through shared
+// memory would order a consumer's plain store before the writer's load only by a named-barrier
+// arrive, which compute-sanitizer's racecheck does not accept.
 #pragma once
 
 #include "flashmask/block.h"

@@ -62,8 +62,9 @@ struct BwdTraits {
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
   static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
   static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
-  // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256, where a
-  // tile's GEMMs dwarf its classification, every warp walks the sequence itself.
+  // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256 every warp
+  // walks the sequence itself: handing them over there cost 4-7% (H200, bf16, 8K, bwd TFLOP/s:
+  // causal 337 -> 313, share question 218 -> 205), for a classification its 7-GEMM steps dwarf.
   static constexpr bool kTilesFromProducer = !kSplitHeadDim;
   static constexpr int kStages = kStages_;
   // dQ[:, dq_cols_w] in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
@@ -157,7 +158,7 @@ struct BwdTraits {
     cute::array_aligned<float, kDqViaSmem ? kConsumerWGs * kBlockM * kWGDqCols : 4, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
-    cute::array_aligned<BwdTile, kStages, 16> tiles;             // rides on the Q stage too
+    cute::array_aligned<BwdTile, kStages, 16> tiles;             // rides on the Q stage (kTilesFromProducer)
     typename Pipeline::SharedStorage pipeline_q;
     typename Pipeline::SharedStorage pipeline_do;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
