@@ -21,7 +21,10 @@ void run_bwd_sm90_shape(const BwdParams& p, const bwd::Workspace& ws, cudaStream
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
-  // Row vectors and the dQ accumulator are read and written in whole kBlockM-row tiles.
+  // Row vectors and the dQ accumulator are read and written in whole kBlockM-row tiles; the
+  // workspace pads its rows to the portable backward's query tile (../bwd_workspace.h).
+  static_assert(bwd::tile_shape(kHeadDim).block_m % Traits::kBlockM == 0,
+                "the workspace's row padding must be a multiple of this shape's query tile");
   if (ws.seqlen_q_pad % Traits::kBlockM != 0)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace rows not padded to the kernel's query tile");
   const auto q_layout = take<0, 2>(typename Traits::SmemLayoutQ{});
