@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../bwd_preprocess.h"
+#include "../bwd_tile_shape.h"
 #include "../utils.cuh"
 #include "bwd_sm90.h"
 #include "path_sm90.h"
@@ -37,8 +38,10 @@ bool bwd_sm90_selected(const BwdParams& p) {
 
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
   // The workspace is carved once for both paths (../bwd_workspace.h): rows padded to a multiple of
-  // the 64-row query tile and an fp32 dQ accumulator unless deterministic.
-  if (ws.seqlen_q_pad % 64 != 0 || (ws.dq_accum == nullptr) != p.deterministic)
+  // the portable backward's query tile, which every sm90 shape's query tile divides (a static_assert
+  // in run_bwd_sm90_shape), and an fp32 dQ accumulator unless deterministic.
+  if (ws.seqlen_q_pad % bwd::tile_shape(sm90::kernel_head_dim(p)).block_m != 0 ||
+      (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_bwd_sm90", [&](auto e, auto d) {

@@ -22,11 +22,10 @@ void run_bwd_sm90_shape(const BwdParams& p, const bwd::Workspace& ws, cudaStream
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   // Row vectors and the dQ accumulator are read and written in whole kBlockM-row tiles; the
-  // workspace pads its rows to the portable backward's query tile (../bwd_workspace.h).
+  // workspace pads its rows to the portable backward's query tile (../bwd_workspace.h, checked by
+  // run_bwd_sm90).
   static_assert(bwd::tile_shape(kHeadDim).block_m % Traits::kBlockM == 0,
                 "the workspace's row padding must be a multiple of this shape's query tile");
-  if (ws.seqlen_q_pad % Traits::kBlockM != 0)
-    throw std::runtime_error("flashmask run_bwd_sm90: workspace rows not padded to the kernel's query tile");
   const auto q_layout = take<0, 2>(typename Traits::SmemLayoutQ{});
   const auto q_tile = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
   const auto k_tile = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
