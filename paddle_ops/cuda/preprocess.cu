@@ -100,8 +100,10 @@ __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t blo
 constexpr int kScanThreads = 1024;
 
 // One CTA: exclusive prefix sum of the partial counts (counts[2 * list + 1]) over every list, in
-// chunks of kScanThreads lists.
-__global__ void partial_offsets_kernel(const int32_t* counts, int64_t num_lists, int32_t* offsets) {
+// chunks of kScanThreads lists; offsets[num_lists] = the total; with slot_lists, each of the first
+// `slots` numbers gets its list.
+__global__ void partial_offsets_kernel(const int32_t* counts, int64_t num_lists, int32_t* offsets,
+                                       int32_t* slot_lists, int32_t slots) {
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   int32_t carried = 0;
@@ -110,23 +112,30 @@ __global__ void partial_offsets_kernel(const int32_t* counts, int64_t num_lists,
     const int32_t partial = list < num_lists ? counts[2 * list + 1] : 0;
     int32_t before = 0, chunk_total = 0;
     Scan(temp).ExclusiveSum(partial, before, chunk_total);
-    if (list < num_lists) offsets[list] = carried + before;
+    if (list < num_lists) {
+      offsets[list] = carried + before;
+      if (slot_lists != nullptr) {
+        for (int32_t i = 0; i < partial && carried + before + i < slots; ++i)
+          slot_lists[carried + before + i] = (int32_t)list;
+      }
+    }
     carried += chunk_total;
     __syncthreads();  // temp is reused by the next chunk
   }
+  if (threadIdx.x == 0) offsets[num_lists] = carried;
 }
 
 }  // namespace
 
 size_t partial_offsets_bytes(const FwdParams& p, int32_t block_m) {
-  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() * (size_t)ceil_div(p.seqlen_q, block_m));
+  return align_up(sizeof(int32_t) * ((size_t)MaskSlices::of(p).count() * (size_t)ceil_div(p.seqlen_q, block_m) + 1));
 }
 
 void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int32_t* offsets,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, int32_t* slot_lists, int32_t slots) {
   const int64_t num_lists = (int64_t)MaskSlices::of(p).count() * lists.num_m_blocks;
   if (num_lists == 0) return;
-  partial_offsets_kernel<<<1, kScanThreads, 0, stream>>>(lists.counts, num_lists, offsets);
+  partial_offsets_kernel<<<1, kScanThreads, 0, stream>>>(lists.counts, num_lists, offsets, slot_lists, slots);
   FM_CHECK_LAUNCH("partial_offsets_kernel");
 }
 

@@ -73,13 +73,15 @@ int32_t payload_capacity(const FwdParams& p, int block_m) {
 }
 
 // The sm90 forward's workspace after the block lists: 256 bytes whose first int32 counts
-// persistent tile claims, the partial tiles' numbering, their mask payloads, the tile order.
+// persistent tile claims, the partial tiles' numbering and each payload slot's list, their mask
+// payloads, the tile order.
 struct Sm90FwdWorkspace {
-  size_t counter, offsets, payload, order, end;
+  size_t counter, offsets, slot_lists, payload, order, end;
   Sm90FwdWorkspace(const FwdParams& p, int block_m, int block_n) {
     counter = fwd_block_lists_workspace_bytes(p, block_m, block_n);
     offsets = counter + 256;
-    payload = offsets + partial_offsets_bytes(p, block_m);
+    slot_lists = offsets + partial_offsets_bytes(p, block_m);
+    payload = slot_lists + align_up(sizeof(int32_t) * (size_t)payload_capacity(p, block_m));
     order = payload + align_up((size_t)payload_capacity(p, block_m) * sm90::fwd_payload_bytes(block_m, block_n));
     end = order + sm90::fwd_tile_order_bytes(p, block_m);
   }
@@ -102,10 +104,12 @@ void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
   auto* tile_counter = reinterpret_cast<int32_t*>(ws + layout.counter);
   sm90::FwdMaskPayload payload;
   auto* offsets = reinterpret_cast<int32_t*>(ws + layout.offsets);
+  auto* slot_lists = reinterpret_cast<int32_t*>(ws + layout.slot_lists);
   payload.partial_offsets = offsets;
+  payload.slot_lists = slot_lists;
   payload.words = reinterpret_cast<uint32_t*>(ws + layout.payload);
   payload.capacity = payload_capacity(p, block_m);
-  launch_partial_offsets(lists, p, offsets, stream);
+  launch_partial_offsets(lists, p, offsets, stream, slot_lists, payload.capacity);
   // Index masks: longest lists first (fwd_tile_order.cuh). Without indices the natural order is
   // already that (causal: each head's last query blocks first) or every list is the same.
   int32_t* order = nullptr;

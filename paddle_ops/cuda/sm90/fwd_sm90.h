@@ -45,10 +45,11 @@ constexpr int fwd_payload_bytes(int block_m, int block_n) {
 // tile claims (zeroed here before such a launch). `payload`: numbered partial tiles and room for
 // their mask payloads, which are built here before the kernel.
 // The partial tiles' mask payloads (fwd_mask_payload.cuh): tile `slot` = partial_offsets[list] + i
-// (the list's i-th partial entry) has one when slot < capacity.
+// (the list's i-th partial entry) has one when slot < capacity; slot_lists[slot] is that list.
 struct FwdMaskPayload {
   uint32_t* words = nullptr;
-  const int32_t* partial_offsets = nullptr;
+  const int32_t* partial_offsets = nullptr;  // one per list, then the total
+  const int32_t* slot_lists = nullptr;
   int32_t capacity = 0;
 };
 // Payload slots per query-block list, pooled over all lists of a call: 4. Partial tiles per query
