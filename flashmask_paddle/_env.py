@@ -48,6 +48,11 @@ VARIABLES = (
              "Mask-payload slots per query-block list of the Hopper forward (partial tiles past the "
              "pooled slots evaluate column intervals); 0 turns payloads off (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
+    Variable("FLASHMASK_BWD_SLICE_GROUPS", "4",
+             "Groups of (head_k, batch) slices the CUDA backward's key-block CTAs are launched in, one "
+             "group after the other (1: key-block major over all slices; the slice count: slice by "
+             "slice); tuning.",
+             "paddle_ops/cuda/bwd_launch.cu"),
     Variable("FLASHMASK_LOG_PATH", "(unset)",
              "When set, the Hopper launchers print which kernel path a call takes (once).",
              "paddle_ops/cuda/sm90/*_launch_sm90.cu"),

@@ -3,9 +3,6 @@
 // block range clipped by causality and by intervals that cover whole row ranges.
 #pragma once
 
-#include <stdexcept>
-#include <string>
-
 #include "flashmask/block.h"
 #include "flashmask/params.h"
 #include "bwd_workspace.h"
@@ -36,20 +33,9 @@ struct KeyBlockCta {
   bool valid;  // false in the last group's padding: the CTA returns at once
 };
 
-// Four groups: at 32K (16 slices) the global + sliding window tail stays gone (every group's long
-// CTAs start within the first quarter of the launch) and causal keeps its L2 reuse of Q and dO
-// (H200, bwd TF/s against one group: 32K causal 470 vs 456, global + sliding 348 vs 351; sixteen
-// groups, i.e. head-major: 472 and 298).
-constexpr int kKeyBlockSliceGroups = 4;
-
-inline dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
-  if (ws.n_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128
-    throw std::invalid_argument("flashmask backward: seqlen_k too long for the key-block grid (" +
-                                std::to_string(p.seqlen_k) + " keys)");
-  const int slices = p.heads_k * p.batch;
-  const int per_group = (slices + kKeyBlockSliceGroups - 1) / kKeyBlockSliceGroups;
-  return dim3(unsigned(per_group), unsigned(ws.n_blocks), unsigned((slices + per_group - 1) / per_group));
-}
+// grid (slices per group, key blocks, groups); defined in bwd_launch.cu, the one host file that
+// decides it (FLASHMASK_BWD_SLICE_GROUPS=N overrides the group count, for tuning).
+dim3 key_block_grid(const BwdParams& p, const Workspace& ws);
 
 __device__ __forceinline__ KeyBlockCta key_block_cta(const BwdParams& p) {
   const int32_t slice = int32_t(blockIdx.z * gridDim.x + blockIdx.x);
