@@ -56,7 +56,10 @@ void validate_tensors(const BwdParams& p) {
 // Four groups: at 32K (16 slices) the global + sliding window tail stays gone (every group's long
 // CTAs start within the first quarter of the launch) and causal keeps its L2 reuse of Q and dO
 // (H200, bwd TF/s against one group: 32K causal 470 vs 456, global + sliding 348 vs 351; sixteen
-// groups, i.e. head-major: 472 and 298).
+// groups, i.e. head-major: 472 and 298). Against 16 and 1024 groups (one slice each) on the Hopper
+// backward (bf16, D = 128, B*S = 32K, eight masks at 8K and 32K): no count ahead on every row, 16
+// within -2 .. +4%, 1024 up to 5% behind at 8K and 4% ahead at 32K (FLASHMASK_BWD_SLICE_GROUPS=N
+// re-measures).
 constexpr int kKeyBlockSliceGroups = 4;
 
 dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
