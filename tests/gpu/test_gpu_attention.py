@@ -97,6 +97,18 @@ def test_more_query_tiles_than_persistent_ctas(form, persistent, monkeypatch):
                       head_dim=64))
 
 
+@pytest.mark.parametrize("groups", ["1", "3", "1000"])
+@pytest.mark.parametrize("path", ["sm80", "sm90"])
+def test_backward_slice_groups(path, groups, monkeypatch):
+    """The backward's key-block CTAs go in groups of (head_k, batch) slices (bwd_launch.cu); 7 slices
+    in 1 group, in 3 (the last one padded with idle CTAs) and one slice per group, on both kernel
+    paths, with GQA and per-head masks."""
+    monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
+    monkeypatch.setenv("FLASHMASK_BWD_SLICE_GROUPS", groups)
+    check(fuzzed_case((False, 4), seed_offset=1200, batch=1, seqlen_q=300, seqlen_k=333, heads_q=14, heads_k=7,
+                      mask_heads=7, head_dim=128))
+
+
 @pytest.mark.parametrize("form", [(True, 2), (False, 4)], ids=form_id)
 def test_tile_order_over_several_l2_sections(form):
     """Under index masks the Hopper forward runs its tiles longest list first inside sections of
