@@ -58,7 +58,14 @@ int guarded(F&& body) noexcept {
   }
 }
 
-#if !defined(FLASHMASK_WITH_CUDA)
+#if defined(FLASHMASK_WITH_CUDA)
+flashmask::MaskPlan plan_of(const fm_args* a) {
+  flashmask::MaskPlan plan;
+  plan.data = a->plan;
+  plan.key = a->plan_key;
+  return plan;
+}
+#else
 [[noreturn]] void no_cuda() {
   throw std::runtime_error("this libflashmask was built without CUDA (FLASHMASK_WITH_CUDA=OFF)");
 }
@@ -84,7 +91,7 @@ int fm_fwd_workspace_bytes(const fm_args* args, size_t* bytes) {
   return guarded([&] {
     require(bytes != nullptr, "bytes is NULL");
 #if defined(FLASHMASK_WITH_CUDA)
-    *bytes = flashmask::fwd_workspace_bytes_cuda(fwd_params(args, false));
+    *bytes = flashmask::fwd_workspace_bytes_cuda(fwd_params(args, false), args->plan != nullptr);
 #else
     no_cuda();
 #endif
@@ -95,7 +102,7 @@ int fm_bwd_workspace_bytes(const fm_args* args, size_t* bytes) {
   return guarded([&] {
     require(bytes != nullptr, "bytes is NULL");
 #if defined(FLASHMASK_WITH_CUDA)
-    *bytes = flashmask::bwd_workspace_bytes_cuda(bwd_params(args, false));
+    *bytes = flashmask::bwd_workspace_bytes_cuda(bwd_params(args, false), args->plan != nullptr);
 #else
     no_cuda();
 #endif
@@ -105,7 +112,7 @@ int fm_bwd_workspace_bytes(const fm_args* args, size_t* bytes) {
 int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream) {
   return guarded([&] {
 #if defined(FLASHMASK_WITH_CUDA)
-    flashmask::run_fwd_cuda(fwd_params(args), workspace, static_cast<cudaStream_t>(stream));
+    flashmask::run_fwd_cuda(fwd_params(args), workspace, static_cast<cudaStream_t>(stream), plan_of(args));
 #else
     (void)args, (void)workspace, (void)stream;
     no_cuda();
@@ -116,9 +123,59 @@ int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream) {
 int fm_bwd_cuda(const fm_args* args, void* workspace, void* stream) {
   return guarded([&] {
 #if defined(FLASHMASK_WITH_CUDA)
-    flashmask::run_bwd_cuda(bwd_params(args), workspace, static_cast<cudaStream_t>(stream));
+    flashmask::run_bwd_cuda(bwd_params(args), workspace, static_cast<cudaStream_t>(stream), plan_of(args));
 #else
     (void)args, (void)workspace, (void)stream;
+    no_cuda();
+#endif
+  });
+}
+
+int fm_fwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key) {
+  return guarded([&] {
+    require(bytes != nullptr && key != nullptr, "bytes or key is NULL");
+#if defined(FLASHMASK_WITH_CUDA)
+    const flashmask::MaskPlanSize size = flashmask::fwd_plan_size_cuda(fwd_params(args, false));
+    *bytes = size.bytes;
+    *key = size.key;
+#else
+    no_cuda();
+#endif
+  });
+}
+
+int fm_bwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key) {
+  return guarded([&] {
+    require(bytes != nullptr && key != nullptr, "bytes or key is NULL");
+#if defined(FLASHMASK_WITH_CUDA)
+    const flashmask::MaskPlanSize size = flashmask::bwd_plan_size_cuda(bwd_params(args, false));
+    *bytes = size.bytes;
+    *key = size.key;
+#else
+    no_cuda();
+#endif
+  });
+}
+
+int fm_fwd_plan_build(const fm_args* args, void* plan, void* stream) {
+  return guarded([&] {
+    require(plan != nullptr, "plan is NULL");
+#if defined(FLASHMASK_WITH_CUDA)
+    flashmask::build_fwd_plan_cuda(fwd_params(args, false), plan, static_cast<cudaStream_t>(stream));
+#else
+    (void)stream;
+    no_cuda();
+#endif
+  });
+}
+
+int fm_bwd_plan_build(const fm_args* args, void* plan, void* stream) {
+  return guarded([&] {
+    require(plan != nullptr, "plan is NULL");
+#if defined(FLASHMASK_WITH_CUDA)
+    flashmask::build_bwd_plan_cuda(bwd_params(args, false), plan, static_cast<cudaStream_t>(stream));
+#else
+    (void)stream;
     no_cuda();
 #endif
   });

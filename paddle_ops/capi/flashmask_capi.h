@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define FLASHMASK_CAPI_VERSION 2
+#define FLASHMASK_CAPI_VERSION 3
 
 /* A [B, S, H, D] view; D contiguous. Strides in elements. */
 typedef struct {
@@ -36,6 +36,9 @@ typedef struct {
   const int32_t* block_mask;  /* [B, Hm, ceil(Sq/128), ceil(Sk/128)] contiguous 0/1, or NULL */
   float dropout;              /* probability in [0, 1); 0 disables dropout */
   uint64_t dropout_seed, dropout_offset; /* Philox stream (flashmask/dropout.h) */
+  /* since version 3 */
+  const void* plan;  /* CUDA calls: the mask plan built by fm_*_plan_build for this call, or NULL */
+  uint64_t plan_key; /* its key, as fm_*_plan_size reported it */
 } fm_args;
 
 int fm_abi_version(void);
@@ -54,11 +57,22 @@ int fm_fwd_cpu(const fm_args* args);
 int fm_bwd_cpu(const fm_args* args);
 
 /* CUDA kernels: pointers are device memory; `stream` is a cudaStream_t (NULL: default stream).
- * `workspace` holds at least the bytes the matching *_workspace_bytes call reports. */
+ * `workspace` holds at least the bytes the matching *_workspace_bytes call reports for the same
+ * args (fewer when args->plan is set). */
 int fm_fwd_workspace_bytes(const fm_args* args, size_t* bytes);
 int fm_bwd_workspace_bytes(const fm_args* args, size_t* bytes);
 int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream);
 int fm_bwd_cuda(const fm_args* args, void* workspace, void* stream);
+
+/* Mask plans (flashmask/launch.h): the preprocessing of a mask (block bounds, block lists, mask
+ * payloads, tile order), built once into `plan` (*bytes of device memory) and passed to every
+ * later call with the same mask values and problem as args->plan and args->plan_key = *key. A
+ * call given a plan of another key fails with code 1. The plan is ready for calls on `stream`;
+ * calls on another stream must wait for it. */
+int fm_fwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key);
+int fm_bwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key);
+int fm_fwd_plan_build(const fm_args* args, void* plan, void* stream);
+int fm_bwd_plan_build(const fm_args* args, void* plan, void* stream);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-// flashmask::bwd_workspace_bytes_cuda / run_bwd_cuda: validation, workspace carving and the head-dim
-// switch of the portable (sm80+) backward. Kernels: bwd_kernel.cuh (dK/dV, atomic dQ),
+// The backward's entry points of launch.h: validation, workspace carving, the mask plan (the block
+// bounds; built into the workspace unless the call brings one) and the head-dim switch of the
+// portable (sm80+) backward. Kernels: bwd_kernel.cuh (dK/dV, atomic dQ),
 // bwd_dq_kernel.cuh (deterministic dQ), bwd_preprocess.cu (D, LSE, block bounds, dQ cast).
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "utils.cuh"
 #include "bwd_tile_range.cuh"
 #include "bwd_workspace.h"
+#include "mask_plan.h"
 #if FLASHMASK_HAS_SM90
 #include "sm90/bwd_sm90.h"  // Hopper path (sm90a), chosen per call by bwd_sm90_selected
 #endif
@@ -76,17 +78,40 @@ dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
 
 }  // namespace bwd
 
-size_t bwd_workspace_bytes_cuda(const BwdParams& params) {
+MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
   bwd::validate(params);
-  return bwd::carve_workspace(params, nullptr, nullptr);
+  // Both paths summarise key blocks at the portable tile's block_n (the sm90 launcher checks that
+  // its kernels' key block is the same).
+  const int32_t block_n = bwd::tile_shape(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
+  return {align_up(block_bounds_bytes(params, block_n)),
+          mask_plan_key(params, PlanDirection::kBackward, {block_n})};
 }
 
-void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream) {
+void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t stream) {
+  bwd::validate(params);
+  if (plan == nullptr) throw ArgError("flashmask build_bwd_plan_cuda: plan is null");
+  const int32_t block_n = bwd::tile_shape(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
+  launch_block_bounds(params, block_n, static_cast<BlockBounds*>(plan), stream);
+}
+
+size_t bwd_workspace_bytes_cuda(const BwdParams& params, bool with_plan) {
+  bwd::validate(params);
+  return bwd::carve_workspace(params, nullptr, nullptr, with_plan);
+}
+
+void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream, MaskPlan plan) {
   bwd::validate(params);
   bwd::validate_tensors(params);
   bwd::require(workspace != nullptr, "workspace must hold bwd_workspace_bytes_cuda(params) bytes");
   bwd::Workspace ws;
-  bwd::carve_workspace(params, workspace, &ws);
+  bwd::carve_workspace(params, workspace, &ws, plan.data != nullptr);
+  const MaskPlanSize size = bwd_plan_size_cuda(params);
+  if (plan.data == nullptr) {
+    build_bwd_plan_cuda(params, const_cast<BlockBounds*>(ws.bounds), stream);  // in the workspace
+  } else {
+    check_plan_key(plan, size.key, "flashmask run_bwd_cuda");
+    ws.bounds = static_cast<const BlockBounds*>(plan.data);
+  }
 #if FLASHMASK_HAS_SM90
   if (bwd_sm90_selected(params)) return run_bwd_sm90(params, ws, stream);
 #endif

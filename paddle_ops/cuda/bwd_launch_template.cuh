@@ -1,6 +1,7 @@
-// Launch sequence of the portable backward for one head dim (instantiated in bwd_hdim{64,128,256}.cu):
-//   prepare_rows -> block_bounds -> dK/dV kernel (+ atomic dQ) -> convert_dq, or, deterministic,
-//   prepare_rows -> block_bounds -> dK/dV kernel (no dQ) -> dq_kernel.
+// Launch sequence of the portable backward for one head dim (instantiated in bwd_hdim{64,128,256}.cu),
+// after the mask plan (the block bounds, bwd_launch.cu):
+//   prepare_rows -> dK/dV kernel (+ atomic dQ) -> convert_dq, or, deterministic,
+//   prepare_rows -> dK/dV kernel (no dQ) -> dq_kernel.
 // Every launch is checked.
 #pragma once
 
@@ -36,7 +37,6 @@ template <int kHeadDim, typename Element>
 void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream) {
   using Tr = Traits<kHeadDim, Element>;
   launch_prepare_rows(p, ws, stream);
-  launch_block_bounds(p, Tr::kBlockN, ws.bounds, stream);  // preprocess.cuh, shared with the forward
 
   auto dkdv = p.dropout_p > 0.f ? dkdv_kernel<Tr, true> : dkdv_kernel<Tr, false>;
   set_smem_limit(dkdv, Tr::kSmemDkdv);

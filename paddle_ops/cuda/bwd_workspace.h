@@ -5,7 +5,8 @@
 //   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0)
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
 //   bounds    BlockBounds [slices, n_blocks] per key block min/max of the four column bounds, built
-//             by preprocess.cuh's launch_block_bounds (shared with the forward) at block_n
+//             by preprocess.cuh's launch_block_bounds (shared with the forward) at block_n: the
+//             backward's mask plan, here unless the call brings its own
 //   dq_accum  float [B, Hq, Sq_pad, Dk]  fp32 dQ over the kernel's Dk columns (cuda_kernel_head_dim;
 //             atomic mode only, absent when deterministic). Each
 //             block_m x D tile is stored in MMA-thread order, not row-major (dq_accum_index in
@@ -28,7 +29,7 @@ namespace bwd {
 struct Workspace {
   float* lse_log2 = nullptr;
   float* dpsum = nullptr;
-  BlockBounds* bounds = nullptr;  // bounds[slices.index(p, b, head_q) * n_blocks + n_block]
+  const BlockBounds* bounds = nullptr;  // bounds[slices.index(p, b, head_q) * n_blocks + n_block]
   MaskSlices slices;
   float* dq_accum = nullptr;      // nullptr in deterministic mode
   int32_t seqlen_q_pad = 0;       // Sq rounded up to block_m
@@ -37,8 +38,9 @@ struct Workspace {
 
 inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
-// Lays the regions out from `base` (nullptr: only count). Returns the total byte count.
-inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws) {
+// Lays the regions out from `base` (nullptr: only count). Returns the total byte count. With
+// `bounds_in_plan` the block bounds are left out (they come from the call's mask plan, launch.h).
+inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws, bool bounds_in_plan = false) {
   const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
   const TileShape t = tile_shape(kernel_dim);
   const int64_t sq_pad = (int64_t(p.seqlen_q) + t.block_m - 1) / t.block_m * t.block_m;
@@ -56,7 +58,7 @@ inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws) {
   w.lse_log2 = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.slices = MaskSlices::of(p);
-  w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, t.block_n)));
+  if (!bounds_in_plan) w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, t.block_n)));
   if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
   if (ws) *ws = w;
   return off;

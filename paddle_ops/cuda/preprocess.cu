@@ -176,31 +176,33 @@ void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bound
   FM_CHECK_LAUNCH("block_bounds_kernel");
 }
 
+FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base) {
+  FwdBlockLists lists;
+  lists.num_m_blocks = (int32_t)ceil_div(p.seqlen_q, block_m);
+  lists.num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);
+  const char* at = static_cast<const char*>(base) + block_bounds_bytes(p, block_n);
+  lists.entries = reinterpret_cast<const int32_t*>(at);
+  at += list_entries_bytes(p, block_m, block_n);
+  lists.counts = reinterpret_cast<const int32_t*>(at);
+  at += list_counts_bytes(p, block_m);
+  if (p.mask_form.has_indices()) lists.columns = reinterpret_cast<const ColumnBounds*>(at);
+  return lists;
+}
+
 FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
-                                    void* workspace, cudaStream_t stream) {
+                                    void* base, cudaStream_t stream) {
   // block_kept is asked once per tile: a tile must lie inside one block_mask block.
   if (p.block_mask != nullptr && (kBlockMaskSize % block_m != 0 || kBlockMaskSize % block_n != 0))
     throw std::runtime_error("flashmask build_fwd_block_lists: block_mask needs tiles dividing " +
                              std::to_string(kBlockMaskSize) + ", got " + std::to_string(block_m) + "x" +
                              std::to_string(block_n));
-  FwdBlockLists lists;
-  lists.num_m_blocks = (int32_t)ceil_div(p.seqlen_q, block_m);
-  lists.num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);
-  char* ws = static_cast<char*>(workspace);
-  auto* bounds = reinterpret_cast<BlockBounds*>(ws);
-  auto* entries = reinterpret_cast<int32_t*>(ws + block_bounds_bytes(p, block_n));
-  auto* counts = reinterpret_cast<int32_t*>(ws + block_bounds_bytes(p, block_n) +
-                                            list_entries_bytes(p, block_m, block_n));
-  ColumnBounds* columns = nullptr;
-  if (p.mask_form.has_indices()) {
-    columns = reinterpret_cast<ColumnBounds*>(reinterpret_cast<char*>(counts) +
-                                              list_counts_bytes(p, block_m));
-  }
-  lists.entries = entries;
-  lists.counts = counts;
-  lists.columns = columns;
+  const FwdBlockLists lists = carve_fwd_block_lists(p, block_m, block_n, base);
   if (lists.num_m_blocks == 0) return lists;
-  launch_block_bounds(p, block_n, bounds, stream, columns);
+  // The lists live in `base`, which the caller gave as writable memory.
+  auto* bounds = static_cast<BlockBounds*>(base);
+  auto* entries = const_cast<int32_t*>(lists.entries);
+  auto* counts = const_cast<int32_t*>(lists.counts);
+  launch_block_bounds(p, block_n, bounds, stream, const_cast<ColumnBounds*>(lists.columns));
   const dim3 grid((unsigned)ceil_div(lists.num_m_blocks, kWarpsPerCta),
                   (unsigned)MaskSlices::of(p).count());
   fwd_block_lists_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(

@@ -78,10 +78,13 @@ size_t column_bounds_bytes(const FwdParams& p);  // 0 without startend_row_indic
 // Workspace of the forward preprocessing: bounds, list entries, counts, normalised column bounds.
 size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n);
 
-// Carves `workspace` (fwd_block_lists_workspace_bytes) and launches both preprocessing kernels on
-// `stream`; the returned lists are ready for kernels launched after it on the same stream.
+// Where the lists lie in `base` (fwd_block_lists_workspace_bytes bytes, the bounds first); no launch.
+FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base);
+
+// Launches both preprocessing kernels on `stream`, writing the lists carved from `base`; they are
+// ready for kernels launched after it on the same stream.
 FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
-                                    void* workspace, cudaStream_t stream);
+                                    void* base, cudaStream_t stream);
 
 // Numbers the partial tiles of all lists consecutively: offsets[list] = the partial tiles of the
 // lists before it (exclusive prefix sum of the lists' partial counts), so that per-tile data (the

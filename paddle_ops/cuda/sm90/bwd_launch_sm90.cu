@@ -1,5 +1,6 @@
-// Path selection and launch of the Hopper backward (bwd_sm90.h): the shared row and block-bounds
-// preprocessing of the portable backward, then the (dtype, head dim) sm90 kernels.
+// Path selection and launch of the Hopper backward (bwd_sm90.h): the shared row preprocessing of the
+// portable backward (the block bounds come with the call's mask plan, ../bwd_launch.cu), then the
+// (dtype, head dim) sm90 kernels.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

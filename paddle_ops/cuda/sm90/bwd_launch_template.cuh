@@ -55,7 +55,6 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   using Traits = BwdTraits<Element, kHeadDim>;
   if (ws.n_blocks != (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace block bounds not at the kernel's key block");
-  launch_block_bounds(p, Traits::kBlockN, ws.bounds, stream);
   // Deterministic: dK/dV here (no atomics anywhere), dQ by the portable kernel that walks each query
   // block's key blocks in ascending order.
   if (p.deterministic) {

@@ -1,5 +1,6 @@
-// Path selection and launch of the Hopper forward (fwd_sm90.h): device check, block lists built by
-// the shared preprocessing at this kernel's 128 x 128 tiles, then the (dtype, head dim) kernel.
+// Path selection, mask plan and launch of the Hopper forward (fwd_sm90.h): device check, the plan
+// (block lists built by the shared preprocessing at this kernel's tiles, payloads, tile order), then
+// the (dtype, head dim) kernel.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <algorithm>
 
 #include "../utils.cuh"
+#include "../mask_plan.h"
 #include "fwd_sm90.h"
 #include "fwd_tile_order.cuh"
 #include "path_sm90.h"
@@ -72,54 +74,67 @@ int32_t payload_capacity(const FwdParams& p, int block_m) {
   return (int32_t)std::min<int64_t>(lists * sm90::payload_tiles_per_list(), INT32_MAX / 2);
 }
 
-// The sm90 forward's workspace after the block lists: 256 bytes whose first int32 counts
-// persistent tile claims, the partial tiles' numbering and each payload slot's list, their mask
-// payloads, the tile order.
-struct Sm90FwdWorkspace {
-  size_t counter, offsets, slot_lists, payload, order, end;
-  Sm90FwdWorkspace(const FwdParams& p, int block_m, int block_n) {
-    counter = fwd_block_lists_workspace_bytes(p, block_m, block_n);
-    offsets = counter + 256;
-    slot_lists = offsets + partial_offsets_bytes(p, block_m);
-    payload = slot_lists + align_up(sizeof(int32_t) * (size_t)payload_capacity(p, block_m));
-    order = payload + align_up((size_t)payload_capacity(p, block_m) * sm90::fwd_payload_bytes(block_m, block_n));
-    end = order + sm90::fwd_tile_order_bytes(p, block_m);
+// The sm90 forward's mask plan: the block lists (bounds, entries, counts, column bounds), then the
+// partial tiles' numbering and each payload slot's list, their mask payloads, the tile order.
+struct Sm90FwdPlan {
+  FwdBlockLists lists;
+  sm90::FwdMaskPayload payload;
+  int32_t* order = nullptr;
+  size_t bytes = 0;
+
+  // base: the plan's memory, or nullptr to count its bytes only.
+  Sm90FwdPlan(const FwdParams& p, int block_m, const void* base) {
+    const int block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
+    if (base != nullptr) lists = carve_fwd_block_lists(p, block_m, block_n, base);
+    payload.capacity = payload_capacity(p, block_m);
+    // Addresses as integers: with base = nullptr only the size is wanted.
+    const uintptr_t origin = reinterpret_cast<uintptr_t>(base);
+    size_t at = fwd_block_lists_workspace_bytes(p, block_m, block_n);
+    auto take = [&](size_t region) {
+      const uintptr_t where = origin + at;
+      at += align_up(region);
+      return reinterpret_cast<char*>(where);
+    };
+    payload.partial_offsets = reinterpret_cast<int32_t*>(take(partial_offsets_bytes(p, block_m)));
+    payload.slot_lists = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (size_t)payload.capacity));
+    payload.words = reinterpret_cast<uint32_t*>(
+        take((size_t)payload.capacity * sm90::fwd_payload_bytes(block_m, block_n)));
+    order = reinterpret_cast<int32_t*>(take(sm90::fwd_tile_order_bytes(p, block_m)));
+    bytes = at;
   }
 };
 
 }  // namespace
 
-size_t fwd_sm90_workspace_bytes(const FwdParams& p) {
-  const int m = sm90::fwd_block_m(p);
-  return Sm90FwdWorkspace(p, m, sm90::fwd_block_n(m, sm90::kernel_head_dim(p))).end;
+MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m) {
+  const int block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
+  return {Sm90FwdPlan(p, block_m, nullptr).bytes,
+          mask_plan_key(p, PlanDirection::kForward, {90, block_m, block_n, payload_capacity(p, block_m)})};
 }
 
-void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream) {
+void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream_t stream) {
   const int columns = sm90::kernel_head_dim(p);  // of the instantiation that runs
-  const int block_m = sm90::fwd_block_m(p), block_n = sm90::fwd_block_n(block_m, columns);
-  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, block_n, workspace, stream);
+  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m, columns), base, stream);
   if (lists.num_m_blocks == 0) return;
-  const Sm90FwdWorkspace layout(p, block_m, block_n);
-  char* ws = static_cast<char*>(workspace);
-  auto* tile_counter = reinterpret_cast<int32_t*>(ws + layout.counter);
-  sm90::FwdMaskPayload payload;
-  auto* offsets = reinterpret_cast<int32_t*>(ws + layout.offsets);
-  auto* slot_lists = reinterpret_cast<int32_t*>(ws + layout.slot_lists);
-  payload.partial_offsets = offsets;
-  payload.slot_lists = slot_lists;
-  payload.words = reinterpret_cast<uint32_t*>(ws + layout.payload);
-  payload.capacity = payload_capacity(p, block_m);
-  launch_partial_offsets(lists, p, offsets, stream, slot_lists, payload.capacity);
+  const Sm90FwdPlan plan(p, block_m, base);
+  launch_partial_offsets(lists, p, const_cast<int32_t*>(plan.payload.partial_offsets), stream,
+                         const_cast<int32_t*>(plan.payload.slot_lists), plan.payload.capacity);
   // Index masks: longest lists first (fwd_tile_order.cuh). Without indices the natural order is
   // already that (causal: each head's last query blocks first) or every list is the same.
-  int32_t* order = nullptr;
-  if (p.mask_form.has_indices()) {
-    order = reinterpret_cast<int32_t*>(ws + layout.order);
-    sm90::launch_fwd_tile_order(p, lists, order, stream);
-  }
-  sm90::dispatch_instantiation(p.dtype, columns, "run_fwd_sm90", [&](auto e, auto d) {
-    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, lists, block_m, tile_counter, payload, order,
-                                                               stream);
+  if (p.mask_form.has_indices()) sm90::launch_fwd_tile_order(p, lists, plan.order, stream);
+  sm90::dispatch_instantiation(p.dtype, columns, "build_fwd_sm90_plan", [&](auto e, auto d) {
+    sm90::launch_fwd_mask_payload<decltype(e), decltype(d)::value>(p, lists, block_m, plan.payload, stream);
+  });
+}
+
+void run_fwd_sm90(const FwdParams& p, int block_m, const void* base, void* scratch, cudaStream_t stream) {
+  const Sm90FwdPlan plan(p, block_m, base);
+  if (plan.lists.num_m_blocks == 0) return;
+  const int32_t* order = p.mask_form.has_indices() ? plan.order : nullptr;
+  sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_fwd_sm90", [&](auto e, auto d) {
+    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, plan.lists, block_m,
+                                                               static_cast<int32_t*>(scratch), plan.payload,
+                                                               order, stream);
   });
 }
 

@@ -70,7 +70,6 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
       tile_counter,
       payload,
       tile_order};
-  launch_mask_payload<Traits>(p, lists, payload, stream);
   auto kernel = fwd_kernel<Traits, kDropout>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      Traits::kSmemBytes));
@@ -89,6 +88,24 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
   }
   kernel<<<(unsigned)grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::fwd_kernel");
+}
+
+template <typename Element, int kHeadDim>
+void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+                             const FwdMaskPayload& payload, cudaStream_t stream) {
+  // The bits follow the S accumulators of the tiled MMA, which only the tile shape decides: every
+  // kernel of block_m rows (persistent or not, with dropout or not) reads the same payload.
+  if constexpr (kHeadDim <= 128) {
+    if (block_m == 64) {
+      launch_mask_payload<FwdTraits<Element, kHeadDim, 64, fwd_block_n(64, kHeadDim)>>(p, lists, payload, stream);
+      return;
+    }
+  }
+  if (block_m != 128) {
+    throw std::runtime_error("flashmask build_fwd_sm90_plan: block_m must be 128, or 64 below head_dim 256; got " +
+                             std::to_string(block_m));
+  }
+  launch_mask_payload<FwdTraits<Element, kHeadDim, 128, fwd_block_n(128, kHeadDim)>>(p, lists, payload, stream);
 }
 
 template <typename Element, int kHeadDim>
@@ -138,6 +155,8 @@ bool fwd_sm90_kernel_built() {
 }
 
 #define FM_SM90_FWD_INSTANTIATE(T, D)                                                               \
+  template void launch_fwd_mask_payload<T, D>(const FwdParams&, const FwdBlockLists&, int,           \
+                                              const FwdMaskPayload&, cudaStream_t);                  \
   template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, int32_t*,    \
                                           const FwdMaskPayload&, const int32_t*, cudaStream_t);    \
   template bool fwd_sm90_kernel_built<T, D>();

@@ -1,7 +1,7 @@
 // Entry of the Hopper (sm90a) forward for the launcher (fwd_launch.cu). The launcher calls
-// fwd_sm90_selected() and, when true, run_fwd_sm90() instead of the portable kernel; its workspace
-// is at most fwd_sm90_workspace_bytes(). Built only where CMake compiles the *_sm90.cu sources
-// (FLASHMASK_HAS_SM90=1).
+// fwd_sm90_selected() and, when true, builds its mask plans with build_fwd_sm90_plan() and runs
+// run_fwd_sm90() instead of the portable kernel. Built only where CMake compiles the *_sm90.cu
+// sources (FLASHMASK_HAS_SM90=1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +10,7 @@
 
 #include <cutlass/numeric_types.h>
 
+#include "flashmask/launch.h"
 #include "flashmask/params.h"
 #include "../preprocess.cuh"
 
@@ -20,10 +21,18 @@ namespace flashmask {
 // (other cases take the portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90
 // turns it on.
 bool fwd_sm90_selected(const FwdParams& p);
-size_t fwd_sm90_workspace_bytes(const FwdParams& p);
-void run_fwd_sm90(const FwdParams& p, void* workspace, cudaStream_t stream);
+// The mask plan of the sm90 forward at `block_m` query rows (sm90::fwd_block_m): the block lists,
+// the partial tiles' numbering and mask payloads, the tile order (fwd_launch_sm90.cu).
+MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m);
+void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* plan, cudaStream_t stream);
+// `scratch`: sm90::kFwdScratchBytes of device memory beside the plan.
+void run_fwd_sm90(const FwdParams& p, int block_m, const void* plan, void* scratch, cudaStream_t stream);
 
 namespace sm90 {
+// A call's workspace beside its plan: one int32 counting the persistent CTAs' tile claims (zeroed
+// before each such launch), padded to 256 bytes.
+constexpr size_t kFwdScratchBytes = 256;
+
 // Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention and, at
 // head_dim 128, for index masks over at least kLongRows query rows (persistent CTAs); else 64 (one
 // warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
@@ -40,10 +49,6 @@ constexpr int fwd_payload_words(int block_n) { return (block_n / 2 + 31) / 32; }
 constexpr int fwd_payload_bytes(int block_m, int block_n) {
   return fwd_payload_words(block_n) * (block_m / 64 * 128) * 4;
 }
-// One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
-// (block_m, fwd_block_n(block_m)). `tile_counter`: one int32 of workspace for persistent CTAs'
-// tile claims (zeroed here before such a launch). `payload`: numbered partial tiles and room for
-// their mask payloads, which are built here before the kernel.
 // The partial tiles' mask payloads (fwd_mask_payload.cuh): tile `slot` = partial_offsets[list] + i
 // (the list's i-th partial entry) has one when slot < capacity; slot_lists[slot] is that list.
 struct FwdMaskPayload {
@@ -57,6 +62,13 @@ struct FwdMaskPayload {
 // only on the few query blocks that straddle two documents. FLASHMASK_SM90_PAYLOAD_TILES=N
 // overrides (0: every partial tile evaluates column intervals; read at every launch).
 int payload_tiles_per_list();
+// One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
+// (block_m, fwd_block_n(block_m)). launch_fwd_mask_payload writes the payloads of a plan (their bit
+// order is that of the block_m-row kernel's S accumulators); run_fwd_sm90_kernel launches the
+// attention kernel, `tile_counter` (one int32 of scratch) counting persistent CTAs' tile claims.
+template <typename Element, int kHeadDim>
+void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+                             const FwdMaskPayload& payload, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
                          int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
