@@ -31,6 +31,10 @@ VARIABLES = (
              "0: skip the host-side check of startend_row_indices / block_mask values (done once per "
              "mask tensor and version); out-of-range bounds then give undefined results.",
              "flashmask_paddle.api, flashmask_paddle.torch"),
+    Variable("FLASHMASK_MASK_PLAN", "1",
+             "0: no mask plans in the torch binding: every CUDA call preprocesses its mask itself "
+             "instead of reusing the plan built for the same mask tensor by an earlier call.",
+             "flashmask_paddle.torch"),
     Variable("FLASHMASK_FORCE_PATH", "(auto)",
              "sm80 or sm90: run the portable or the Hopper CUDA kernels regardless of the device.",
              "paddle_ops/cuda/sm90/path_sm90.cu"),

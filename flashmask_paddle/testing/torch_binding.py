@@ -42,10 +42,13 @@ def make_inputs(case: Case, device="cuda"):
 
 def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda", **kwargs):
     """One forward + backward through the public binding with poisoned outputs; ``kwargs`` go to
-    flashmask_attention too (e.g. dropout, fixed_seed_offset). Returns float64 numpy (out, lse, dq,
-    dk, dv)."""
+    flashmask_attention too (e.g. dropout, fixed_seed_offset). ``indices``: numpy (copied to a new
+    tensor), or a tensor used as it is (so that the mask plan cached for it serves the call).
+    Returns float64 numpy (out, lse, dq, dk, dv)."""
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    idx = None if indices is None else torch.from_numpy(np.ascontiguousarray(indices)).to(device)
+    idx = indices
+    if isinstance(indices, np.ndarray):
+        idx = torch.from_numpy(np.ascontiguousarray(indices)).to(device)
     with poisoned_outputs():
         out, lse = flashmask_attention(q, k, v, idx, causal=case.causal, softmax_scale=case.softmax_scale,
                                        return_softmax_lse=True, deterministic=case.deterministic, **kwargs)
@@ -59,7 +62,14 @@ def check(case: Case, device="cuda") -> dict:
     """Runs `case` and returns its error dict; raises AssertionError naming what is off."""
     indices = case.bounds(np.random.default_rng(case.seed))
     q, k, v, dout = make_inputs(case, device)
+    return check_run(case, q, k, v, dout, indices, device)
+
+
+def check_run(case: Case, q, k, v, dout, indices, device="cuda") -> dict:
+    """`check` on given inputs; ``indices`` as for run_flashmask (numpy, a tensor or None)."""
     got = run_flashmask(case, q, k, v, dout, indices, device)
+    if isinstance(indices, torch.Tensor):
+        indices = indices.cpu().numpy()
     q64, k64, v64, do64 = (t.double().cpu().numpy() for t in (q, k, v, dout))
     err = compare(got, reference(case, q64, k64, v64, do64, indices, saved_out=got[0]),
                   reference_magnitudes(case, q64, k64, v64, do64, indices, saved_out=got[0]))

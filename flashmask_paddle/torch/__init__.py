@@ -9,13 +9,18 @@ Layout ``[B, S, H, D]`` and mask semantics as ``flashmask_paddle.flashmask_atten
 (docs/MASKS_AND_API.md). CUDA tensors run the CUDA kernels on the current stream (fp16/bf16); CPU tensors
 run the CPU kernels (fp32/fp16/bf16). Importing this needs torch, not paddle. The library is found
 or built on first use (see ``_build.py`` for ``FLASHMASK_LIB`` and the build cache).
+
+CUDA calls preprocess a mask once per mask tensor (its "mask plan", ``_plans.py``) and reuse that
+for every later call with the same tensor, e.g. all layers of a model and their backward passes;
+``prepare_mask_plan`` builds it ahead of the first call, ``clear_mask_plans`` frees every cached one.
 """
 from __future__ import annotations
 
-from ._function import flashmask_attention
+from ._function import flashmask_attention, prepare_mask_plan
 from ._ops import set_output_allocator
+from ._plans import clear_mask_plans
 
-__all__ = ["flashmask_attention", "set_output_allocator", "load_library"]
+__all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "set_output_allocator", "load_library"]
 
 
 def load_library():

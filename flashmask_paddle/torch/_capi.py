@@ -11,7 +11,7 @@ import threading
 
 from ._build import find_or_build_library
 
-ABI_VERSION = 2  # FLASHMASK_CAPI_VERSION
+ABI_VERSION = 3  # FLASHMASK_CAPI_VERSION
 
 
 class FmTensor(ctypes.Structure):
@@ -52,6 +52,8 @@ class FmArgs(ctypes.Structure):
         ("dropout", ctypes.c_float),
         ("dropout_seed", ctypes.c_uint64),
         ("dropout_offset", ctypes.c_uint64),
+        ("plan", ctypes.c_void_p),
+        ("plan_key", ctypes.c_uint64),
     ]
 
 
@@ -69,6 +71,10 @@ _SIGNATURES = {
     "fm_bwd_workspace_bytes": ([_ARGS, ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "fm_fwd_cuda": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
     "fm_bwd_cuda": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
+    "fm_fwd_plan_size": ([_ARGS, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+    "fm_bwd_plan_size": ([_ARGS, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+    "fm_fwd_plan_build": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
+    "fm_bwd_plan_build": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
 }
 
 _lock = threading.Lock()

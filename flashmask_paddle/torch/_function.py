@@ -77,4 +77,25 @@ def flashmask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-__all__ = ["flashmask_attention"]
+def prepare_mask_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      startend_row_indices: torch.Tensor | None = None, causal: bool = False,
+                      block_mask: torch.Tensor | None = None, dropout: float = 0.0,
+                      backward: bool = True) -> int:
+    """Builds now, on the current stream, the mask plans that CUDA calls of ``flashmask_attention``
+    with these shapes and this mask will use: the preprocessing of the mask (block bounds, block
+    lists, mask payloads, tile order) that every call with the same ``startend_row_indices`` tensor
+    (and version) shares, forward and, unless ``backward=False``, backward. Calls build a missing
+    plan themselves; this moves that one-time cost out of the first call (e.g. next to building
+    the mask, as FlexAttention's ``create_block_mask``). Returns the plans' device bytes; 0 for
+    CPU tensors and with ``FLASHMASK_MASK_PLAN=0`` (nothing to build). Arguments as for
+    ``flashmask_attention``.
+    """
+    q, k, v, startend_row_indices, block_mask, _, dropout = check_inputs(
+        q, k, v, startend_row_indices, causal, None, block_mask, dropout)
+    if not q.is_cuda:
+        return 0
+    return _ops.prepare_plans(q, k, v, startend_row_indices, bool(causal), _ops.Extras(block_mask, dropout),
+                              bool(backward))
+
+
+__all__ = ["flashmask_attention", "prepare_mask_plan"]

@@ -1,7 +1,7 @@
 """Forward and backward calls into libflashmask for torch tensors (no autograd here).
 
-Outputs and workspace are allocated by torch on the input's device, and CUDA kernels run on the
-current torch stream of that device. `set_output_allocator` lets tests hand out poisoned memory
+Outputs, workspace and mask plans (_plans.py) are allocated by torch on the input's device, and
+CUDA kernels run on the current torch stream of that device. `set_output_allocator` lets tests hand out poisoned memory
 (NaN outputs, garbage workspace) so that an element the kernels fail to write is caught.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from .. import _env
-from . import _capi
+from . import _capi, _plans
 
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
@@ -71,6 +71,17 @@ def _args(q, k, v, out, lse, indices, causal, scale, extras: "Extras") -> _capi.
     return a
 
 
+def _use_plan(lib, direction: str, args, indices, extras: "Extras", device) -> int:
+    """Points args at the call's mask plan (built and cached on first use, _plans.py), if any;
+    returns its bytes (0: none)."""
+    plan = _plans.plan_for(lib, direction, args, indices, extras.block_mask, device,
+                           lambda nbytes: _empty((nbytes,), torch.uint8, device))
+    if plan is None:
+        return 0
+    args.plan, args.plan_key, nbytes = plan
+    return nbytes
+
+
 def _workspace(lib, query, args, device) -> tuple[torch.Tensor, int]:
     nbytes = ctypes.c_size_t(0)
     _capi.check(lib, query(ctypes.byref(args), ctypes.byref(nbytes)), query.__name__)
@@ -100,6 +111,7 @@ def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extra
     args = _args(q, k, v, out, lse, indices, causal, scale, extras)
     if q.is_cuda:
         with torch.cuda.device(q.device):
+            _use_plan(lib, "fwd", args, indices, extras, q.device)
             ws, ws_ptr = _workspace(lib, lib.fm_fwd_workspace_bytes, args, q.device)
             _capi.check(lib, lib.fm_fwd_cuda(ctypes.byref(args), ws_ptr, _stream(q.device)), "fm_fwd_cuda")
             del ws  # the caching allocator keeps it reserved for this stream until the kernel is done
@@ -121,12 +133,23 @@ def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deter
     args.deterministic = int(bool(deterministic))
     if q.is_cuda:
         with torch.cuda.device(q.device):
+            _use_plan(lib, "bwd", args, indices, extras, q.device)
             ws, ws_ptr = _workspace(lib, lib.fm_bwd_workspace_bytes, args, q.device)
             _capi.check(lib, lib.fm_bwd_cuda(ctypes.byref(args), ws_ptr, _stream(q.device)), "fm_bwd_cuda")
             del ws
     else:
         _capi.check(lib, lib.fm_bwd_cpu(ctypes.byref(args)), "fm_bwd_cpu")
     return dq, dk, dv
+
+
+def prepare_plans(q, k, v, indices, causal: bool, extras: Extras, backward: bool) -> int:
+    """Builds (and caches) the mask plans of the CUDA calls with these inputs now; returns their
+    bytes. Inputs validated."""
+    lib = _capi.load_library()
+    args = _args(q, k, v, None, None, indices, causal, 1.0, extras)  # plans need no outputs
+    with torch.cuda.device(q.device):
+        return sum(_use_plan(lib, direction, args, indices, extras, q.device)
+                   for direction in (("fwd", "bwd") if backward else ("fwd",)))
 
 
 def deterministic_from_env() -> bool:
