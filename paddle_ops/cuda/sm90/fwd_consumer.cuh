@@ -69,11 +69,10 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     }
     store_pending = false;
   };
-  for (int32_t t = first_tile<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles); t < num_tiles;
-       t = next_tile<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles)) {
-    const FwdTile tile = fwd_tile(kp, t);
-    const int2 counts = reinterpret_cast<const int2*>(kp.lists.counts)[tile.list];  // (visible, partial)
-    const int32_t num_entries = counts.x, num_partial = counts.y;
+  for (FwdTileWork work = first_work<Traits>(kp, smem.tile_ring, pipeline_tiles, read_t, num_tiles);
+       work.index < num_tiles; work = next_work<Traits>(smem.tile_ring, pipeline_tiles, read_t, num_tiles)) {
+    const FwdTile& tile = work.tile;
+    const int32_t num_entries = work.num_entries, num_partial = work.num_partial;
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
     const int32_t row0 = tile.m_block * Traits::kBlockM;
     clear(acc_o);
@@ -91,7 +90,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       float correction[kRows];
       // Masks partial tile i (key block n_block), whose payload or column bounds sit in K stage
       // `stage` (read before its release).
-      const int32_t first_slot = kp.payload.partial_offsets[tile.list];
+      const int32_t first_slot = work.first_slot;
       auto mask_if = [&](int32_t i, int32_t n_block, int stage, auto partial) {
         if constexpr (decltype(partial)::value) {
           if (first_slot + i < kp.payload.capacity) {

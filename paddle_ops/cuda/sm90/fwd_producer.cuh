@@ -34,10 +34,12 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
   auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const int32_t num_tiles = fwd_num_tiles(kp);
   auto write_t = cutlass::make_producer_start_state<TilePipeline>();
-  for (int32_t t = blockIdx.x, next; publish_tile<Traits>(smem.tile_ring, pipeline_tiles, write_t, t) < num_tiles;
-       t = next) {
+  int32_t t = blockIdx.x;
+  for (int32_t next; t < num_tiles; t = next) {
     next = claim_next_tile<Traits>(kp, num_tiles);
-    const FwdTile tile = fwd_tile(kp, t);
+    const FwdTileWork work = fwd_tile_work(kp, t);
+    publish_work<Traits>(smem.tile_ring, pipeline_tiles, write_t, work);
+    const FwdTile& tile = work.tile;
     const int32_t head_k = tile.head_q / (p.heads_q / p.heads_k);
     Tensor gQ = local_tile(mQ(_, _, tile.head_q, tile.b), select<0, 2>(TileShapeQK{}),
                            make_coord(tile.m_block, _0{}));
@@ -57,11 +59,10 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
     ++write_q;
 
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
-    const int32_t num_entries = kp.lists.counts[2 * tile.list];
     const ColumnBounds* columns =
         kp.lists.columns != nullptr ? kp.lists.columns + (int64_t)tile.slice * p.seqlen_k : nullptr;
-    const int32_t first_slot = num_entries > 0 ? kp.payload.partial_offsets[tile.list] : 0;
-    for (int32_t i = 0; i < num_entries; ++i) {
+    const int32_t first_slot = work.first_slot;
+    for (int32_t i = 0; i < work.num_entries; ++i) {
       const int32_t entry = entries[i];
       const int32_t n_block = entry_n_block(entry);
       pipeline_k.producer_acquire(write);  // arrives, expecting the K bytes (not yet issued)
@@ -88,6 +89,7 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
       ++write;
     }
   }
+  publish_work<Traits>(smem.tile_ring, pipeline_tiles, write_t, FwdTileWork::none(t));  // no more tiles
 }
 
 }  // namespace sm90

@@ -6,8 +6,9 @@
 //   gridDim.x + atomicAdd(tile_counter, 1) until it gets one >= the tile count, so that CTAs whose
 //   tiles have short lists take more of them (a static stride c, c + gridDim.x, ... ran 10-20%
 //   behind one tile per CTA on document masks; dynamic claims 0-7%). The producer thread claims
-//   and publishes each tile index (finally the out-of-range one) through a 2-slot shared-memory
-//   ring guarded by mbarriers, so that it can run ahead of the consumers, which read it there.
+//   each tile and publishes its work (FwdTileWork; finally an out-of-range index) through a 2-slot
+//   shared-memory ring guarded by mbarriers, so that it can run ahead of the consumers, which read
+//   it there.
 #pragma once
 
 #include <cutlass/pipeline/pipeline.hpp>
@@ -23,9 +24,26 @@ struct FwdTile {
   int64_t list;   // index of this tile's block list (preprocess.cuh)
 };
 
+// What a tile's consumers need to start it. Persistent CTAs get it from the producer thread, which
+// reads it from global memory for its own loads anyway, so that a consumer's tile start waits on
+// shared memory only (reading the tile order, the list's counts and its payload slot themselves put
+// two dependent global loads before each tile's first wgmma, with both warpgroups idle).
+struct FwdTileWork {
+  int32_t index;  // the tile's number; >= the tile count: no more tiles
+  int32_t num_entries, num_partial;  // its list's visible and partial key blocks
+  int32_t first_slot;                // its first partial tile's payload slot (fwd_mask_payload.cuh)
+  FwdTile tile;
+
+  __device__ __forceinline__ static FwdTileWork none(int32_t index) {
+    FwdTileWork w{};
+    w.index = index;
+    return w;
+  }
+};
+
 using TilePipeline = cutlass::PipelineAsync<2>;
 struct TileRingStorage {
-  int32_t tiles[2];
+  FwdTileWork work[2];
   TilePipeline::SharedStorage pipeline;
 };
 
@@ -48,23 +66,34 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams<Traits>& kp, i
   return tile;
 }
 
+template <class Traits>
+__device__ __forceinline__ FwdTileWork fwd_tile_work(const FwdKernelParams<Traits>& kp, int32_t t) {
+  FwdTileWork w;
+  w.index = t;
+  w.tile = fwd_tile(kp, t);
+  const int2 counts = reinterpret_cast<const int2*>(kp.lists.counts)[w.tile.list];  // (visible, partial)
+  w.num_entries = counts.x;
+  w.num_partial = counts.y;
+  w.first_slot = kp.payload.partial_offsets[w.tile.list];
+  return w;
+}
+
 // Tile sequences as plain loops (no lambdas: a tile body that ptxas compiled out of line made it
 // inject wgmma waits and spill):
-//   producer: for (t = blockIdx.x; publish_tile(..., t) < num_tiles; t = next) { next =
-//             claim_next_tile(...); ...; }
-//   consumers: for (t = first_tile(...); t < num_tiles; t = next_tile(...)) { ... }
+//   producer: for (t = blockIdx.x; t < num_tiles; t = next) { next = claim_next_tile(...);
+//             w = fwd_tile_work(kp, t); publish_work(..., w); ...; }  publish_work(..., none(t));
+//   consumers: for (w = first_work(...); w.index < num_tiles; w = next_work(...)) { ... }
 
-// Producer thread: makes tile t known to the consumers (persistent CTAs); returns t.
+// Producer thread: makes a tile's work known to the consumers (persistent CTAs).
 template <class Traits>
-__device__ __forceinline__ int32_t publish_tile(TileRingStorage& ring, TilePipeline& pipeline,
-                                                cutlass::PipelineState<2>& write, int32_t t) {
+__device__ __forceinline__ void publish_work(TileRingStorage& ring, TilePipeline& pipeline,
+                                             cutlass::PipelineState<2>& write, const FwdTileWork& w) {
   if constexpr (Traits::kPersistent) {
     pipeline.producer_acquire(write);
-    ring.tiles[write.index()] = t;
+    ring.work[write.index()] = w;
     pipeline.producer_commit(write);  // mbarrier arrive: releases the store above
     ++write;
   }
-  return t;
 }
 
 // Producer thread: the tile after this one (issued before this tile's loads, used after them).
@@ -74,25 +103,26 @@ __device__ __forceinline__ int32_t claim_next_tile(const FwdKernelParams<Traits>
   else return num_tiles;
 }
 
-// Consumer threads: the next tile the producer published (the first one too).
+// Consumer threads: the next tile's work the producer published (the first one too).
 template <class Traits>
-__device__ __forceinline__ int32_t next_tile(TileRingStorage& ring, TilePipeline& pipeline,
-                                             cutlass::PipelineState<2>& read, int32_t num_tiles) {
+__device__ __forceinline__ FwdTileWork next_work(TileRingStorage& ring, TilePipeline& pipeline,
+                                                 cutlass::PipelineState<2>& read, int32_t num_tiles) {
   if constexpr (Traits::kPersistent) {
     pipeline.consumer_wait(read);
-    const int32_t t = ring.tiles[read.index()];
+    const FwdTileWork w = ring.work[read.index()];
     pipeline.consumer_release(read);
     ++read;
-    return t;
+    return w;
   } else {
-    return num_tiles;
+    return FwdTileWork::none(num_tiles);
   }
 }
 template <class Traits>
-__device__ __forceinline__ int32_t first_tile(TileRingStorage& ring, TilePipeline& pipeline,
-                                              cutlass::PipelineState<2>& read, int32_t num_tiles) {
-  if constexpr (Traits::kPersistent) return next_tile<Traits>(ring, pipeline, read, num_tiles);
-  else return (int32_t)blockIdx.x;
+__device__ __forceinline__ FwdTileWork first_work(const FwdKernelParams<Traits>& kp, TileRingStorage& ring,
+                                                  TilePipeline& pipeline, cutlass::PipelineState<2>& read,
+                                                  int32_t num_tiles) {
+  if constexpr (Traits::kPersistent) return next_work<Traits>(ring, pipeline, read, num_tiles);
+  else return fwd_tile_work(kp, (int32_t)blockIdx.x);  // grid = tiles: every CTA has one
 }
 
 }  // namespace sm90
