@@ -8,7 +8,8 @@ batch of packed rows is a new mask) and also times apart. ``__call__(q, k, v, ma
 ``q [B, S, H, D]``, ``k, v [B, S, Hk, D]`` (GQA when Hk < H) and returns ``[B, S, H, D]``.
 
   flashmask  ours: int32 bounds [B, 1, S, 1] (LTS = end of the token's document), one
-             searchsorted over the device segment ids: 4 bytes per token, no host work
+             searchsorted over the device segment ids: 4 bytes per token, no host work; then
+             the mask plan of those bounds (prepare_mask_plan), which every layer reuses
   dense      torch SDPA with a [B, 1, S, S] bool mask (the faster of cuDNN and memory-efficient)
   flex       FlexAttention, Triton backend: create_block_mask from a mask_mod over the segment ids
              (compiled or eager builder, whichever is faster for the shape)
@@ -80,22 +81,55 @@ class Attention:
     def __call__(self, q, k, v, mask):
         raise NotImplementedError
 
+    def mask_bytes(self, mask) -> int:
+        """Device bytes the prepared mask takes."""
+        return tensor_bytes(self.torch, mask)
 
-class FlashMaskAttention(Attention):
+
+class SampledShapes(Attention):
+    """An attention whose mask preparation needs the calls' shapes and dtype (a plan builder): it
+    keeps sample q, k, v per (B, S) for it."""
+
+    def __init__(self, torch, heads: int, heads_k: int, head_dim: int, dtype):
+        super().__init__(torch)
+        self.heads, self.heads_k, self.head_dim, self.dtype = heads, heads_k, head_dim, dtype
+        self.samples = {}  # (B, S) -> sample q, k, v
+
+    def _samples(self, b, s, device):
+        if (b, s) not in self.samples:
+            torch = self.torch
+            mk = lambda h: torch.empty(b, s, h, self.head_dim, dtype=self.dtype, device=device,  # noqa: E731
+                                       requires_grad=True)
+            self.samples[(b, s)] = (mk(self.heads), mk(self.heads_k), mk(self.heads_k))
+        return self.samples[(b, s)]
+
+
+class FlashMaskAttention(SampledShapes):
     name = "flashmask"
 
-    def __init__(self, torch):
-        super().__init__(torch)
-        from flashmask_paddle.torch import flashmask_attention
+    def __init__(self, torch, heads: int, heads_k: int, head_dim: int, dtype):
+        super().__init__(torch, heads, heads_k, head_dim, dtype)
+        from flashmask_paddle.torch import flashmask_attention, prepare_mask_plan
 
-        self.fn = flashmask_attention
+        self.fn, self.prepare_plan = flashmask_attention, prepare_mask_plan
 
-    def prepare(self, batch):
+    def bounds(self, batch):
         # Column j is masked for the rows at or past the end of j's document (LTS): the first index
         # whose segment id is larger (ids ascend along a packed row).
         seg = batch["seg_id"].contiguous()
         ends = self.torch.searchsorted(seg, seg, right=True).to(self.torch.int32)
         return ends[:, None, :, None]
+
+    def prepare(self, batch):
+        ends = self.bounds(batch)
+        # The mask plan of the new bounds (as cuDNN's create_mask_plan): built here once per batch,
+        # reused by every layer's forward and backward.
+        b, s = batch["seg_id"].shape
+        self.plan_bytes = self.prepare_plan(*self._samples(b, s, ends.device), ends, causal=True)
+        return ends
+
+    def mask_bytes(self, mask) -> int:
+        return tensor_bytes(self.torch, mask) + getattr(self, "plan_bytes", 0)
 
     def __call__(self, q, k, v, mask):
         return self.fn(q, k, v, startend_row_indices=mask, causal=True)
@@ -218,24 +252,14 @@ class Fa4VarlenAttention(Attention):
         return out.view(b, s, h, d)
 
 
-class CudnnFlexAttention(Attention):
+class CudnnFlexAttention(SampledShapes):
     name = "cudnnflex"
 
     def __init__(self, torch, heads: int, heads_k: int, head_dim: int, dtype):
-        super().__init__(torch)
+        super().__init__(torch, heads, heads_k, head_dim, dtype)
         from cudnn.flex_attention import create_mask_plan, flex_attn_func
 
         self.create_mask_plan, self.fn = create_mask_plan, flex_attn_func
-        self.heads, self.heads_k, self.head_dim, self.dtype = heads, heads_k, head_dim, dtype
-        self.samples = {}  # (B, S) -> sample q, k, v (shapes and dtype for the plan builder)
-
-    def _samples(self, b, s, device):
-        if (b, s) not in self.samples:
-            torch = self.torch
-            mk = lambda h: torch.empty(b, s, h, self.head_dim, dtype=self.dtype, device=device,  # noqa: E731
-                                       requires_grad=True)
-            self.samples[(b, s)] = (mk(self.heads), mk(self.heads_k), mk(self.heads_k))
-        return self.samples[(b, s)]
 
     def prepare(self, batch):
         torch, seg = self.torch, batch["seg_id"]
@@ -253,7 +277,7 @@ class CudnnFlexAttention(Attention):
 
 def make_attention(torch, name: str, *, heads: int, heads_k: int, head_dim: int, dtype) -> Attention:
     if name == "flashmask":
-        return FlashMaskAttention(torch)
+        return FlashMaskAttention(torch, heads, heads_k, head_dim, dtype)
     if name == "dense":
         return DenseAttention(torch)
     if name == "flex":

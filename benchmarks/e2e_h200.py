@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from e2e_attention import IMPLS, PEERS, host_seconds, make_attention, tensor_bytes  # noqa: E402
+from e2e_attention import IMPLS, PEERS, host_seconds, make_attention  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402  (standard library only)
 
 
@@ -360,7 +360,7 @@ def attention_alone(torch, impl, batches, shape: ModelShape, dtype, device, reps
         t_f = timed(torch, lambda: holder.__setitem__("out", impl(q, k, v, mask)))
         t_b = timed(torch, lambda: holder["out"].backward(dout))
         if rep < len(batches):
-            mask_bytes.append(tensor_bytes(torch, mask))
+            mask_bytes.append(impl.mask_bytes(mask))
         else:
             fwd.append(t_f)
             fwd_bwd.append(t_f + t_b)

@@ -286,10 +286,11 @@ class FlashMask(Impl):
     layout = "bshd"
 
     def __init__(self, torch, name: str = "flashmask", env: dict | None = None):
-        from flashmask_paddle.torch import flashmask_attention, load_library
+        from flashmask_paddle.torch import clear_mask_plans, flashmask_attention, load_library, prepare_mask_plan
 
         load_library()
         self.torch, self.attn, self.name, self.env = torch, flashmask_attention, name, env or {}
+        self.clear_plans, self.prepare_plan = clear_mask_plans, prepare_mask_plan
 
     def wrap(self, fn):
         if not self.env:
@@ -313,6 +314,16 @@ class FlashMask(Impl):
         idx = None if case["mask"] in ("causal", "full") else case["indices"]
         causal = case["causal"]
         q, k, v = case["q_bshd"], case["k_bshd"], case["v_bshd"]
+        # The mask plan (forward and backward), built once per mask and reused by the timed calls,
+        # as cuDNN-frontend's plan and Flex's block mask are: its build time is reported apart.
+        make = self.wrap(lambda: (self.clear_plans(),
+                                  self.prepare_plan(q, k, v, idx, causal=causal, dropout=case["dropout"])))
+        sync(self.torch)
+        t0 = time.perf_counter()
+        make()
+        sync(self.torch)
+        case["extra"]["mask_plan_ms_first"] = (time.perf_counter() - t0) * 1e3
+        case["extra"]["mask_plan_ms"] = time_ms(self.torch, make, 1, 3)
         if not case["dropout"]:
             return self.wrap(lambda: self.attn(q, k, v, idx, causal=causal))
         # A fixed [seed, offset]: every variant drops the same elements, so outputs stay comparable.

@@ -44,8 +44,8 @@ def test_our_bounds_are_the_causal_document_mask_of_the_segments():
     torch = __import__("pytest").importorskip("torch")
     rows = [[3, 4, 2], [5, 1, 3]]
     seg, _, _ = e2e.segment_arrays(rows, [False, True], 9)
-    got = attention.FlashMaskAttention.prepare(types.SimpleNamespace(torch=torch),
-                                               {"seg_id": torch.from_numpy(seg)})
+    got = attention.FlashMaskAttention.bounds(types.SimpleNamespace(torch=torch),
+                                              {"seg_id": torch.from_numpy(seg)})
     want = np.concatenate([masks.causal_document(r).indices for r in rows])
     assert got.dtype == torch.int32 and np.array_equal(got.numpy(), want)
 
