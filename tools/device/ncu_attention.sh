@@ -13,9 +13,11 @@
 # profiled kernels), <impl>_<dir>_raw.csv (every collected metric) and <impl>_<dir>.log (the
 # benchmark's own output); a summary is printed (with the tensor pipes and the top warp stalls).
 # Which kernel is profiled: ours by its mangled name (sm90 fwd_kernel / bwd_kernel); a peer by
-# "Forward" / "Backward" in its kernel name (FlashAttention-4's and cuDNN-frontend's CuTe kernels
-# are named after their classes), the third matching launch (warm: after the compile call and one
-# warm-up), up to three kernels.
+# "AttentionForward" / "AttentionBackward" in its kernel name (FlashAttention-4's and
+# cuDNN-frontend's CuTe kernels are named after their classes, FlashAttentionForwardSm90,
+# FlexAttentionForwardSm90, ...; a bare "Forward" also matched cuDNN-frontend's mask-plan kernels,
+# ForwardSchedulePlan), the third matching launch (warm: after the compile call and one warm-up),
+# up to three kernels.
 # SOURCE=1 also collects per-instruction warp-stall samples (SourceCounters) and prints the 25 SASS
 # instructions with the most samples per implementation, from <impl>_<dir>_sass.csv (ncu's source
 # page): where in the kernel the time goes, for two kernels of the same design.
@@ -23,8 +25,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 3 ] || { sed -n 2,20p "$0"; exit 2; }
 DIR=$1 ROW=$2; shift 2
-case "$DIR" in fwd) PEER_RE='regex:Forward'; OURS_RE='regex:sm9010fwd_kernel' ;;
-               bwd) PEER_RE='regex:Backward'; OURS_RE='regex:sm9010bwd_kernel' ;;
+case "$DIR" in fwd) PEER_RE='regex:AttentionForward'; OURS_RE='regex:sm9010fwd_kernel' ;;
+               bwd) PEER_RE='regex:AttentionBackward'; OURS_RE='regex:sm9010bwd_kernel' ;;
                *) echo "direction must be fwd or bwd, got $DIR"; exit 2 ;; esac
 OUT=${OUT:-$PWD/ncu_out}
 mkdir -p "$OUT"
