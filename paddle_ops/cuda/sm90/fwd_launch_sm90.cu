@@ -108,8 +108,8 @@ struct Sm90FwdPlan {
 
 MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m) {
   const int block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
-  return {Sm90FwdPlan(p, block_m, nullptr).bytes,
-          mask_plan_key(p, PlanDirection::kForward, {90, block_m, block_n, payload_capacity(p, block_m)})};
+  const Sm90FwdPlan layout(p, block_m, nullptr);
+  return {layout.bytes, mask_plan_key(p, PlanDirection::kForward, {90, block_m, block_n, layout.payload.capacity})};
 }
 
 void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream_t stream) {
