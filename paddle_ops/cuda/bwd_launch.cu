@@ -105,11 +105,10 @@ void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream,
   bwd::require(workspace != nullptr, "workspace must hold bwd_workspace_bytes_cuda(params) bytes");
   bwd::Workspace ws;
   bwd::carve_workspace(params, workspace, &ws, plan.data != nullptr);
-  const MaskPlanSize size = bwd_plan_size_cuda(params);
   if (plan.data == nullptr) {
     build_bwd_plan_cuda(params, const_cast<BlockBounds*>(ws.bounds), stream);  // in the workspace
   } else {
-    check_plan_key(plan, size.key, "flashmask run_bwd_cuda");
+    check_plan_key(plan, bwd_plan_size_cuda(params).key, "flashmask run_bwd_cuda");
     ws.bounds = static_cast<const BlockBounds*>(plan.data);
   }
 #if FLASHMASK_HAS_SM90
