@@ -4,8 +4,8 @@ What the kernels derive from a mask alone (block bounds, block lists, partial ti
 tile order) is built on the GPU once per mask tensor, its version and the problem, then handed to
 every later call with that mask: a model's layers and their backward passes share one plan, as
 they share cuDNN's mask plans or FlexAttention's block masks, instead of preprocessing the mask
-inside each call. A plan lives as long as its mask tensor (a weak reference drops it); plans of
-calls without a mask tensor (plain causal or full attention) are kept for the last few problems.
+inside each call. A plan lives as long as its mask tensor (a weak reference drops it); of calls
+without a mask tensor (plain causal or full attention) the last eight plans are kept.
 An in-place write to the mask bumps its version and the next call builds a new plan.
 
 No plan is used while a CUDA graph is being captured (the call then preprocesses the mask inside
