@@ -117,9 +117,21 @@ def test_cuda_library_reports_errors_without_a_gpu(cuda_library):
     version = int(header.split("#define FLASHMASK_CAPI_VERSION", 1)[1].split()[0])
     assert lib.fm_abi_version() == version
     assert lib.fm_has_cuda() == 1
-    # NULL args: rejected as a bad argument before any CUDA call, with a message
-    assert lib.fm_fwd_cuda(None, None, None) == 1
-    assert b"args is NULL" in lib.fm_last_error()
+    # NULL args: rejected as a bad argument before any CUDA call, with a message, by every entry
+    size, key = ctypes.c_size_t(0), ctypes.c_uint64(0)
+    calls = {
+        "fm_fwd_cuda": lambda: lib.fm_fwd_cuda(None, None, None),
+        "fm_bwd_cuda": lambda: lib.fm_bwd_cuda(None, None, None),
+        "fm_fwd_workspace_bytes": lambda: lib.fm_fwd_workspace_bytes(None, ctypes.byref(size)),
+        "fm_bwd_workspace_bytes": lambda: lib.fm_bwd_workspace_bytes(None, ctypes.byref(size)),
+        "fm_fwd_plan_size": lambda: lib.fm_fwd_plan_size(None, ctypes.byref(size), ctypes.byref(key)),
+        "fm_bwd_plan_size": lambda: lib.fm_bwd_plan_size(None, ctypes.byref(size), ctypes.byref(key)),
+        "fm_fwd_plan_build": lambda: lib.fm_fwd_plan_build(None, ctypes.c_void_p(256), None),
+        "fm_bwd_plan_build": lambda: lib.fm_bwd_plan_build(None, ctypes.c_void_p(256), None),
+    }
+    for name, call in calls.items():
+        assert call() == 1, name
+        assert b"args is NULL" in lib.fm_last_error(), name
 
 
 def _paddle_include():

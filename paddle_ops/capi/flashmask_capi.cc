@@ -91,7 +91,8 @@ int fm_fwd_workspace_bytes(const fm_args* args, size_t* bytes) {
   return guarded([&] {
     require(bytes != nullptr, "bytes is NULL");
 #if defined(FLASHMASK_WITH_CUDA)
-    *bytes = flashmask::fwd_workspace_bytes_cuda(fwd_params(args, false), args->plan != nullptr);
+    const flashmask::FwdParams params = fwd_params(args, false);  // rejects a NULL args first
+    *bytes = flashmask::fwd_workspace_bytes_cuda(params, args->plan != nullptr);
 #else
     no_cuda();
 #endif
@@ -102,7 +103,8 @@ int fm_bwd_workspace_bytes(const fm_args* args, size_t* bytes) {
   return guarded([&] {
     require(bytes != nullptr, "bytes is NULL");
 #if defined(FLASHMASK_WITH_CUDA)
-    *bytes = flashmask::bwd_workspace_bytes_cuda(bwd_params(args, false), args->plan != nullptr);
+    const flashmask::BwdParams params = bwd_params(args, false);  // rejects a NULL args first
+    *bytes = flashmask::bwd_workspace_bytes_cuda(params, args->plan != nullptr);
 #else
     no_cuda();
 #endif
@@ -112,7 +114,8 @@ int fm_bwd_workspace_bytes(const fm_args* args, size_t* bytes) {
 int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream) {
   return guarded([&] {
 #if defined(FLASHMASK_WITH_CUDA)
-    flashmask::run_fwd_cuda(fwd_params(args), workspace, static_cast<cudaStream_t>(stream), plan_of(args));
+    const flashmask::FwdParams params = fwd_params(args);  // rejects a NULL args first
+    flashmask::run_fwd_cuda(params, workspace, static_cast<cudaStream_t>(stream), plan_of(args));
 #else
     (void)args, (void)workspace, (void)stream;
     no_cuda();
@@ -123,7 +126,8 @@ int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream) {
 int fm_bwd_cuda(const fm_args* args, void* workspace, void* stream) {
   return guarded([&] {
 #if defined(FLASHMASK_WITH_CUDA)
-    flashmask::run_bwd_cuda(bwd_params(args), workspace, static_cast<cudaStream_t>(stream), plan_of(args));
+    const flashmask::BwdParams params = bwd_params(args);  // rejects a NULL args first
+    flashmask::run_bwd_cuda(params, workspace, static_cast<cudaStream_t>(stream), plan_of(args));
 #else
     (void)args, (void)workspace, (void)stream;
     no_cuda();
