@@ -13,6 +13,7 @@
 #include "../dropout_tile.cuh"
 #include "../utils.cuh"
 #include "bwd_barriers.cuh"
+#include "bwd_dq_layout.cuh"
 #include "bwd_dq_writer.cuh"
 #include "bwd_epilogue.cuh"
 #include "bwd_params.cuh"
@@ -23,15 +24,6 @@
 
 namespace flashmask {
 namespace sm90 {
-
-// Where value i of a consumer thread's accumulator of dQ column chunk `chunk` lives in the
-// dq_accum tile of its query block (and in its shared-memory image): each chunk is a contiguous
-// span, in thread order (4 consecutive floats per thread), so a warp's float4 stores cover 512
-// contiguous bytes and a warpgroup's chunks are one bulk reduce. bwd_convert_dq.cuh reads it back.
-template <class Traits>
-__device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
-  return chunk * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
-}
 
 // kWriteDq = false (deterministic mode): dK and dV only; dQ comes from the portable deterministic
 // kernel afterwards.

@@ -1,11 +1,13 @@
 // dQ = softmax_scale * dq_accum cast to the output dtype and strides: the sm90 backward's last step.
 // Each 64-row dq_accum tile holds kDqChunksTotal column chunks in thread order (dq_accum_offset,
-// bwd_consumer.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's partition
+// bwd_dq_layout.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's partition
 // to find each value's (row, column), stages the cast tile in shared memory and writes whole rows
 // with 16-byte stores. One CTA per (query block, head_q, batch).
 #pragma once
 
-#include "bwd_consumer.cuh"
+#include <cute/tensor.hpp>
+
+#include "bwd_dq_layout.cuh"
 
 namespace flashmask {
 namespace sm90 {

@@ -9,6 +9,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "bwd_barriers.cuh"
+#include "bwd_dq_layout.cuh"
 #include "bwd_params.cuh"
 #include "bwd_tiles.cuh"
 #include "copy.cuh"
@@ -19,21 +20,6 @@ namespace sm90 {
 template <class Traits>
 __device__ __forceinline__ float* dq_buffer(typename Traits::SharedStorage& smem, int wg) {
   return smem.dq.data() + wg * Traits::kBlockM * Traits::kWGDqCols;
-}
-
-// The dQ workspace rows of query block m of head head_q, at the column chunk that warpgroup w adds.
-template <class Traits>
-__device__ __forceinline__ float* dq_workspace_tile(const BwdParams& p, const bwd::Workspace& ws, int b,
-                                                    int head_q, int m, int dq_col_slice) {
-  return ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * Traits::kBlockM) *
-                           Traits::kHeadDim +
-         dq_col_slice * Traits::kBlockM * Traits::kWGDqCols;
-}
-
-// Which column chunk of dQ consumer warpgroup w adds (all of them when each adds its own keys').
-template <class Traits>
-__device__ __forceinline__ int dq_col_slice_of(int wg) {
-  return Traits::kDsExchange ? wg : (Traits::kSplitHeadDim ? wg : 0);
 }
 
 // One writer warp per consumer warpgroup w: bulk groups complete in issue order per thread, so a

@@ -1,0 +1,41 @@
+// The fp32 dQ accumulator of the sm90 backward, in one place: which query block and column slice a
+// consumer warpgroup adds to, and where each of its dQ values lies in that block's tile. Read by the
+// consumers (their dQ partials), the dQ writer warps (bwd_dq_writer.cuh) and the conversion to dQ
+// (bwd_convert_dq.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "flashmask/params.h"
+#include "../bwd_workspace.h"
+
+namespace flashmask {
+namespace sm90 {
+
+// Where value i of consumer thread tidx's accumulator of dQ column chunk `chunk` lies in the
+// accumulator tile of its query block (and in its shared-memory image): each chunk is a contiguous
+// span, in thread order (4 consecutive floats per thread), so a warp's float4 stores cover 512
+// contiguous bytes and a warpgroup's chunk is one bulk reduce.
+template <class Traits>
+__device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
+  return chunk * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
+}
+
+// Which column slice of dQ (kWGDqCols columns) consumer warpgroup w adds: its half of the columns
+// where the warpgroups exchange dS or split the head dim, all of them where each adds its own keys'.
+template <class Traits>
+__device__ __forceinline__ int dq_col_slice_of(int wg) {
+  return Traits::kDsExchange ? wg : (Traits::kSplitHeadDim ? wg : 0);
+}
+
+// The accumulator tile of query block m of head head_q, from column slice `dq_col_slice` on.
+template <class Traits>
+__device__ __forceinline__ float* dq_workspace_tile(const BwdParams& p, const bwd::Workspace& ws, int b,
+                                                    int head_q, int m, int dq_col_slice) {
+  return ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * Traits::kBlockM) *
+                           Traits::kHeadDim +
+         dq_col_slice * Traits::kBlockM * Traits::kWGDqCols;
+}
+
+}  // namespace sm90
+}  // namespace flashmask
