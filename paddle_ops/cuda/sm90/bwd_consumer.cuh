@@ -216,13 +216,9 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     Tensor ds_frag = convert_fragment<Element>(acc_dp);
     Tensor tdVrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
     Tensor tdKrdS = make_tensor(ds_frag.data(), acc_as_a_operand(acc_dp.layout()));
-    // dS into shared memory by stmatrix. Where the warpgroups exchange dS (D = 128) it is stored
-    // before dV is issued, so that the stores drain while the dV wgmma issues and the fence below
-    // finds them done (cuDNN-frontend's order; bwd TFLOP/s +2-3% on 32K causal, document and
-    // sliding window, 8K within noise). At D = 64 (128-row steps) the same order cost 15% on 8K
-    // causal document, so there it stays after the dV issue.
+    // dS into shared memory by stmatrix, before or after the dV issue (Traits::kDsBeforeDv).
     [[maybe_unused]] const int ds_slot = kSplitHeadDim ? 2 * wg + ds_buffer : ds_buffer;
-    if constexpr (kWriteDq && Traits::kDsExchange)
+    if constexpr (kWriteDq && Traits::kDsBeforeDv)
       cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot));
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
     if constexpr (!kDqUnderDk) {
@@ -230,7 +226,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     }
 
     if constexpr (kWriteDq) {
-      if constexpr (!Traits::kDsExchange) cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot));
+      if constexpr (!Traits::kDsBeforeDv)
+        cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot));
       // dS visible to the async proxy (wgmma), which reads it after the barrier.
       cutlass::arch::fence_view_async_shared();
       if constexpr (Traits::kDsExchange) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);

@@ -61,6 +61,11 @@ struct BwdTraits {
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
   static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
+  // dS goes to shared memory before dV is issued, so its stores drain while the dV wgmma issues and
+  // the fence before the dS barrier finds them done (cuDNN-frontend's order): bwd TFLOP/s +2-3% on
+  // 32K causal, document and sliding window at D = 128, 8K within noise; at D = 64 (128-row steps)
+  // it cost 15% on 8K causal document, so there (and at D = 256, not measured) dS follows the dV issue.
+  static constexpr bool kDsBeforeDv = kDsExchange;
   static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
   // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256 every warp
   // walks the sequence itself: handing them over there cost 4-7% (H200, bf16, 8K, bwd TFLOP/s:
