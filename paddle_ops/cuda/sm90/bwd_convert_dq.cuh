@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_k
   __shared__ __align__(16) Element tile_s[kBlockM * kPitch];
   const int chunk = threadIdx.x / 128, tidx = threadIdx.x % 128;
   const int32_t m0 = blockIdx.x * kBlockM, head_q = blockIdx.y, b = blockIdx.z;
-  const float* tile = ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + m0) * kD;
+  const float* tile = dq_workspace_tile<Traits>(p, ws, b, head_q, blockIdx.x, 0);
 
   typename Traits::TiledMmadQ mma;
   Tensor coord = mma.get_thread_slice(tidx).partition_C(
