@@ -76,3 +76,37 @@ def check_run(case: Case, q, k, v, dout, indices, device="cuda") -> dict:
     bad = failures(err)
     assert not bad, f"{case}: {', '.join(bad)}"
     return err
+
+
+def check_documents_one_by_one(docs, *, heads_q, heads_k, head_dim, dtype, seed, device="cuda",
+                               sample: int = 4) -> dict:
+    """One causal-document row of ``docs`` (token counts) through the binding, checked against the
+    fp64 reference document by document: such a row is each document's causal attention, so rows of
+    any length are checked at the cost of their documents (``sample`` of them: the first, the last
+    and some between). Every output must be written (NaN-poisoned). Returns the worst errors."""
+    from .. import masks
+
+    s = int(sum(docs))
+    idx, causal = masks.causal_document(docs)
+    case = Case(batch=1, seqlen_q=s, seqlen_k=s, heads_q=heads_q, heads_k=heads_k, head_dim=head_dim,
+                dtype=dtype, causal=causal, indices=np.ascontiguousarray(idx), seed=seed)
+    q, k, v, dout = make_inputs(case, device)
+    got = run_flashmask(case, q, k, v, dout, case.indices, device)
+    unwritten = [name for name, t in zip(("out", "dq", "dk", "dv"), (got[0], *got[2:])) if not np.isfinite(t).all()]
+    assert not unwritten, f"{case}: {', '.join(unwritten)} not written everywhere"
+    starts = np.cumsum([0] + list(docs))
+    picked = sorted({round(i * (len(docs) - 1) / max(1, sample - 1)) for i in range(sample)})
+    worst: dict = {}
+    for d in picked:
+        a, b = int(starts[d]), int(starts[d + 1])
+        doc = Case(batch=1, seqlen_q=b - a, seqlen_k=b - a, heads_q=heads_q, heads_k=heads_k, head_dim=head_dim,
+                   dtype=dtype, causal=True, seed=seed)
+        part = tuple(t[:, :, a:b] if i == 1 else t[:, a:b] for i, t in enumerate(got))  # lse is [B, H, S]
+        q64, k64, v64, do64 = (t[:, a:b].double().cpu().numpy() for t in (q, k, v, dout))
+        err = compare(part, reference(doc, q64, k64, v64, do64, None, saved_out=part[0]),
+                      reference_magnitudes(doc, q64, k64, v64, do64, None, saved_out=part[0]))
+        bad = failures(err)
+        assert not bad, f"{case}, document {d} [{a}, {b}): {', '.join(bad)}"
+        worst = {key: max(worst.get(key, 0), err[key]) for key in ("out", "dq", "dk", "dv")}
+    return worst
+

@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from flashmask_paddle.testing.cases import CUDA_DTYPES, FORMS, Case, form_id, random_bounds  # noqa: E402
-from flashmask_paddle.testing.torch_binding import check  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check, check_documents_one_by_one  # noqa: E402
 
 from flashmask_paddle import masks  # noqa: E402
 
@@ -189,6 +189,18 @@ def test_paper_masks_from_builders(name):
     idx, causal = _builder_masks(rng, 1000)[name]
     check(Case(batch=1, seqlen_q=1000, seqlen_k=1000, heads_q=4, heads_k=2, head_dim=128, dtype="bf16",
                causal=causal, indices=np.ascontiguousarray(idx), seed=SEED + 11))
+
+
+def test_long_row_of_documents_matches_each_document_alone():
+    """A row whose K and V outgrow an L2 section of the sm90 forward's tile order (Sk > 64K at
+    D = 128) takes its tiles in the row's own order instead of longest first; every tile must still
+    run once, forward and backward (GQA: the query heads of one K / V head side by side)."""
+    rng = np.random.default_rng(SEED + 65537)
+    docs, left = [], 65536 + 1237
+    while left > 0:
+        docs.append(int(min(left, rng.integers(700, 2501))))
+        left -= docs[-1]
+    check_documents_one_by_one(docs, heads_q=2, heads_k=1, head_dim=128, dtype="bf16", seed=SEED + 65537)
 
 
 def test_fully_masked_rows_give_zero_output_minus_inf_lse_zero_grads():

@@ -3,9 +3,10 @@
     compute-sanitizer --tool memcheck python3 tools/device/sanitize_case.py
 
 Short odd lengths, every (causal, C) form, GQA, Sq != Sk, a fully masked stretch, both dtypes, the
-deterministic backward, padded head dims with Dv != D and dropout: each edge path of the kernels
-runs at least once. Every case is also checked against the fp64 reference (dropout: with the same
-Philox keep mask), so the script proves the kernels ran (exit 1 otherwise).
+deterministic backward, padded head dims with Dv != D, dropout and one row longer than 64K tokens
+(the forward's tile order for long rows): each edge path of the kernels runs at least once. Every
+case is also checked against the fp64 reference (dropout: with the same Philox keep mask), so the
+script proves the kernels ran (exit 1 otherwise).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ sys.path.insert(0, str(REPO / "tests"))  # philox_numpy: the keep mask, independ
 
 from flashmask_paddle.testing.cases import FORMS, Case, random_bounds  # noqa: E402
 from flashmask_paddle.testing.tolerance import compare, failures, reference  # noqa: E402
-from flashmask_paddle.testing.torch_binding import check, make_inputs, run_flashmask  # noqa: E402
+from flashmask_paddle.testing.torch_binding import (  # noqa: E402
+    check, check_documents_one_by_one, make_inputs, run_flashmask)
 
 
 def cases():
@@ -74,9 +76,21 @@ def dropout_cases():
                    seed=300 + i, deterministic=i == 1)
 
 
+def check_long_row(case: Case) -> dict:
+    """`case`'s shape as one causal-document row of 700-token documents, longer than 64K tokens:
+    the sm90 forward's tile order for rows whose K and V outgrow L2 (fwd_tile_order.cuh), checked
+    document by document."""
+    docs = [700] * (case.seqlen_q // 700) + ([case.seqlen_q % 700] if case.seqlen_q % 700 else [])
+    return check_documents_one_by_one(docs, heads_q=case.heads_q, heads_k=case.heads_k, head_dim=case.head_dim,
+                                      dtype=case.dtype, seed=case.seed, sample=2)
+
+
 def main() -> int:
     n = 0
-    for run, case in [(check, c) for c in cases()] + [(check_dropout, c) for c in dropout_cases()]:
+    long_row = Case(batch=1, seqlen_q=65536 + 333, seqlen_k=65536 + 333, heads_q=2, heads_k=1, head_dim=128,
+                    dtype="bf16", causal=True, seed=400)
+    runs = [(check, c) for c in cases()] + [(check_dropout, c) for c in dropout_cases()] + [(check_long_row, long_row)]
+    for run, case in runs:
         t0 = time.time()
         try:
             err = run(case)

@@ -7,7 +7,8 @@
 // D = 128, B*S = 32K, one process, fwd TFLOP/s natural -> this order (TMA epilogue on): 32K causal
 // document 436 -> 446, document 491 -> 506, share question 430 -> 443; 8K document 347 -> 361, share
 // question 285 -> 295, causal document and short documents within 1% (without the TMA epilogue:
-// 32K causal document 395 -> 427, 8K 295 -> 316). Included only by fwd_launch_sm90.cu.
+// 32K causal document 395 -> 427, 8K 295 -> 316). Rows whose one K / V head outgrows a section keep
+// their own order instead (order_keeps_locality). Included only by fwd_launch_sm90.cu.
 #pragma once
 
 #include <algorithm>
@@ -24,11 +25,36 @@ constexpr int kOrderThreads = 1024;
 constexpr int kOrderBins = 4096;  // lists of more key blocks than this share the last bin
 constexpr int64_t kOrderSectionBytes = 32ll << 20;  // K + V of a section: about half the H200's L2
 
+// K and V of one key / value head, 16-bit elements.
+inline int64_t order_kv_head_bytes(const FwdParams& p) {
+  return (int64_t)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2;
+}
+
 // Query heads ((batch, head_q) pairs) per section.
 inline int32_t order_section_heads(const FwdParams& p) {
   const int64_t group = p.heads_q / p.heads_k;  // query heads that share one K / V head
-  const int64_t kv_bytes = (int64_t)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2;  // K and V, 16-bit elements
-  return (int32_t)std::max<int64_t>(1, kOrderSectionBytes * group / std::max<int64_t>(1, kv_bytes));
+  return (int32_t)std::max<int64_t>(1, kOrderSectionBytes * group / std::max<int64_t>(1, order_kv_head_bytes(p)));
+}
+
+// Rows whose one key / value head outgrows a section (Sk > 64K at D = 128) have tiles enough that
+// the tail does not matter, and a longest-first order there sets the ends of many long documents
+// running at once, each streaming its own document's K and V (up to 32 MB per 64K-token document)
+// past L2. They keep the locality of the row instead: per (batch, key / value head), query blocks
+// from the last to the first (longest first under causal masks), the query heads that share the
+// K / V head next to each other.
+inline bool order_keeps_locality(const FwdParams& p) { return order_kv_head_bytes(p) > kOrderSectionBytes; }
+
+__global__ void fwd_tile_order_local_kernel(FwdParams p, int32_t num_m_blocks, int32_t* order) {
+  const int32_t group = p.heads_q / p.heads_k;
+  const int64_t tiles = (int64_t)num_m_blocks * p.heads_q * p.batch;
+  for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < tiles; u += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t per_kv_head = (int64_t)group * num_m_blocks;
+    const int64_t kv_head = u / per_kv_head;  // b * heads_k + head_k
+    const int32_t r = (int32_t)(u % per_kv_head);
+    const int32_t step = r / group, head_q = (int32_t)(kv_head % p.heads_k) * group + r % group;
+    const int64_t b = kv_head / p.heads_k;
+    order[u] = (int32_t)((b * p.heads_q + head_q) * num_m_blocks + step);  // fwd_tile's numbering
+  }
 }
 
 // order[t] = the tile that runs t-th, in the natural numbering of fwd_tile (fwd_tiles.cuh).
@@ -71,6 +97,13 @@ inline size_t fwd_tile_order_bytes(const FwdParams& p, int block_m) {
 
 inline void launch_fwd_tile_order(const FwdParams& p, const FwdBlockLists& lists, int32_t* order,
                                   cudaStream_t stream) {
+  if (order_keeps_locality(p)) {
+    const int64_t tiles = (int64_t)lists.num_m_blocks * p.heads_q * p.batch;
+    const int blocks = (int)std::min<int64_t>(ceil_div(tiles, (int64_t)256), 4096);
+    fwd_tile_order_local_kernel<<<blocks, 256, 0, stream>>>(p, lists.num_m_blocks, order);
+    FM_CHECK_LAUNCH("sm90::fwd_tile_order_local_kernel");
+    return;
+  }
   const int32_t section_heads = order_section_heads(p);
   const int32_t sections = (int32_t)ceil_div((int64_t)p.heads_q * p.batch, section_heads);
   fwd_tile_order_kernel<<<sections, kOrderThreads, 0, stream>>>(p, MaskSlices::of(p), lists.counts,
