@@ -88,7 +88,7 @@ class Attention:
 
 class SampledShapes(Attention):
     """An attention whose mask preparation needs the calls' shapes and dtype (a plan builder): it
-    keeps sample q, k, v per (B, S) for it."""
+    keeps sample q, k, v per (B, S) for it, views without memory of their own."""
 
     def __init__(self, torch, heads: int, heads_k: int, head_dim: int, dtype):
         super().__init__(torch)
@@ -98,8 +98,10 @@ class SampledShapes(Attention):
     def _samples(self, b, s, device):
         if (b, s) not in self.samples:
             torch = self.torch
-            mk = lambda h: torch.empty(b, s, h, self.head_dim, dtype=self.dtype, device=device,  # noqa: E731
-                                       requires_grad=True)
+            # Shape, dtype and device are all a plan builder reads: one row broadcast over the
+            # whole shape, so that the samples hold no memory (a 4M-token row's q, k, v are 24 GiB).
+            mk = lambda h: torch.empty(1, 1, 1, self.head_dim, dtype=self.dtype, device=device,  # noqa: E731
+                                       requires_grad=True).expand(b, s, h, self.head_dim)
             self.samples[(b, s)] = (mk(self.heads), mk(self.heads_k), mk(self.heads_k))
         return self.samples[(b, s)]
 

@@ -39,6 +39,7 @@ memory, for ours and every peer that fits.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -289,6 +290,7 @@ def peak_memory(torch) -> int | None:
 
 def reset_peak(torch):
     if torch.cuda.is_available():
+        gc.collect()  # a previous attention's graphs and plans hold device memory until collected
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
@@ -722,16 +724,32 @@ def make_impls(torch, config: Config, names, dtype, log) -> list:
     return impls
 
 
-def merge(paths, out: Path, plot_png: bool = True) -> dict:
+def merge_scale_row(earlier: dict | None, later: dict) -> dict:
+    """One scale row from two runs of the same length: per attention the later run's entry, unless
+    it failed where the earlier one measured."""
+    if earlier is None:
+        return later
+    impls = dict(earlier["impls"])
+    for name, m in later["impls"].items():
+        if "fwd_s" in m or "fwd_s" not in impls.get(name, {}):
+            impls[name] = m
+    return dict(later, impls=impls)
+
+
+def merge(paths, out: Path, plot_png: bool = True, note: str | None = None) -> dict:
     """One report from several runs: their configurations and scale rows in order (a later run's
-    configuration of the same name replaces an earlier one), the bar over all, every run's
-    command, commit and date kept under `runs` (a merged report's own runs kept as they are)."""
+    configuration of the same name replaces an earlier one; scale rows merge per attention), the
+    bar over all, every run's command, commit and date kept under `runs` (a merged report's own
+    runs kept as they are), and `note` (which build each row comes from) when given."""
     reports = [json.loads(Path(p).read_text()) for p in paths]
     results, scale = {}, {}
     for r in reports:
         results.update({c["name"]: c for c in r["results"]})
-        scale.update({row["seqlen"]: row for row in r.get("scale_rows") or []})
+        for row in r.get("scale_rows") or []:
+            scale[row["seqlen"]] = merge_scale_row(scale.get(row["seqlen"]), row)
     merged = dict(reports[-1], results=list(results.values()), scale_rows=[scale[s] for s in sorted(scale)])
+    if note is not None:
+        merged["note"] = note
     # A report that is itself a merge contributes the runs it was joined from.
     merged["runs"] = [run for r in reports
                       for run in r.get("runs") or [{k: r.get(k) for k in ("command", "commit", "date", "device", "wall_s")}]]
@@ -764,6 +782,7 @@ def parse_args(argv):
     p.add_argument("--merge", type=Path, nargs="+",
                    help="only join these JSONs (runs of some configurations each, e.g. one per time-limited "
                         "job) into --out, the bar recomputed over all")
+    p.add_argument("--note", help="with --merge: a note kept in the report (e.g. which build each row is)")
     p.add_argument("--no-plot", action="store_true", help="JSON only (redraw later with --replot)")
     return p.parse_args(argv)
 
@@ -774,7 +793,7 @@ def main(argv=None) -> int:
         plot(json.loads(args.replot.read_text()), args.replot.with_suffix(".png"))
         return 0
     if args.merge:
-        merge(args.merge, args.out, plot_png=not args.no_plot)
+        merge(args.merge, args.out, plot_png=not args.no_plot, note=args.note)
         return 0
     t_start = time.monotonic()
     deadline = t_start + args.time_budget_s

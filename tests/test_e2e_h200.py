@@ -147,6 +147,21 @@ def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
     assert again["results"][0]["speedup_vs_best_peer_sequential"] == __import__("pytest").approx(1.0 / 1.1)
 
 
+def test_merge_joins_scale_rows_per_attention_and_keeps_the_note(tmp_path):
+    base = {"command": "x", "commit": "c", "date": "d", "device": "H200", "wall_s": 1.0, "results": []}
+    runs = [dict(base, scale_rows=[_scale(1 << 22, flashmask=True, fa4varlen=False)]),
+            dict(base, commit="c2", scale_rows=[_scale(1 << 22, flashmask=False, fa4varlen=True, cudnnflex=False)])]
+    paths = [tmp_path / f"{i}.json" for i in range(2)]
+    for path, report in zip(paths, runs):
+        path.write_text(json.dumps(report))
+    merged = e2e.merge(paths, tmp_path / "all.json", plot_png=False, note="rows of two builds")
+    impls = merged["scale_rows"][0]["impls"]
+    # A later failure does not replace an earlier measurement; a later measurement replaces a failure.
+    assert "fwd_s" in impls["flashmask"] and "fwd_s" in impls["fa4varlen"] and "error" in impls["cudnnflex"]
+    assert merged["note"] == "rows of two builds"
+    assert merged["bar"]["scale_largest_row"] == {"flashmask": 1 << 22, "fa4varlen": 1 << 22}
+
+
 def test_mask_bytes_count_each_tensor_once_and_survive_reference_cycles():
     torch = __import__("pytest").importorskip("torch")
 
