@@ -218,16 +218,15 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     Tensor tdKrdS = make_tensor(ds_frag.data(), acc_as_a_operand(acc_dp.layout()));
     // dS into shared memory by stmatrix, before or after the dV issue (Traits::kDsBeforeDv).
     [[maybe_unused]] const int ds_slot = kSplitHeadDim ? 2 * wg + ds_buffer : ds_buffer;
-    if constexpr (kWriteDq && Traits::kDsBeforeDv)
-      cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot));
+    auto store_ds = [&] { cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot)); };
+    if constexpr (kWriteDq && Traits::kDsBeforeDv) store_ds();
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
     if constexpr (!kDqUnderDk) {
       wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
     }
 
     if constexpr (kWriteDq) {
-      if constexpr (!Traits::kDsBeforeDv)
-        cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot));
+      if constexpr (!Traits::kDsBeforeDv) store_ds();
       // dS visible to the async proxy (wgmma), which reads it after the barrier.
       cutlass::arch::fence_view_async_shared();
       if constexpr (Traits::kDsExchange) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsReady);
