@@ -109,4 +109,3 @@ def check_documents_one_by_one(docs, *, heads_q, heads_k, head_dim, dtype, seed,
         assert not bad, f"{case}, document {d} [{a}, {b}): {', '.join(bad)}"
         worst = {key: max(worst.get(key, 0), err[key]) for key in ("out", "dq", "dk", "dv")}
     return worst
-

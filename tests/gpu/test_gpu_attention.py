@@ -172,10 +172,12 @@ def _builder_masks(rng, s):
     }
 
 
-def _doc_lens(rng, s):
+def _doc_lens(rng, s, lo=None, hi=None):
+    """Document lengths summing to s, uniform in [lo, hi] (default [s/32, s/4]), the last cut to fit."""
+    lo, hi = max(1, s // 32) if lo is None else lo, max(2, s // 4) if hi is None else hi
     lens, left = [], s
     while left > 0:
-        n = int(min(left, rng.integers(max(1, s // 32), max(2, s // 4) + 1)))
+        n = int(min(left, rng.integers(lo, hi + 1)))
         lens.append(n)
         left -= n
     return lens
@@ -195,11 +197,7 @@ def test_long_row_of_documents_matches_each_document_alone():
     """A row whose K and V outgrow an L2 section of the sm90 forward's tile order (Sk > 64K at
     D = 128) takes its tiles in the row's own order instead of longest first; every tile must still
     run once, forward and backward (GQA: the query heads of one K / V head side by side)."""
-    rng = np.random.default_rng(SEED + 65537)
-    docs, left = [], 65536 + 1237
-    while left > 0:
-        docs.append(int(min(left, rng.integers(700, 2501))))
-        left -= docs[-1]
+    docs = _doc_lens(np.random.default_rng(SEED + 65537), 65536 + 1237, lo=700, hi=2500)
     check_documents_one_by_one(docs, heads_q=2, heads_k=1, head_dim=128, dtype="bf16", seed=SEED + 65537)
 
 
