@@ -45,6 +45,10 @@ VARIABLES = (
     Variable("FLASHMASK_SM90_BLOCK_M", "(auto)",
              "64|128: query rows per tile of the Hopper forward below head_dim 256 (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
+    Variable("FLASHMASK_SM90_PACK_GQA", "1",
+             "0: the Hopper forward runs one query head per tile instead of packing the query heads "
+             "that share a K/V head into one tile's rows (tuning and tests).",
+             "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PERSISTENT", "(auto)",
              "0/1: persistent-grid scheduling of the Hopper forward (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_template.cuh"),

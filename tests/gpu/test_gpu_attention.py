@@ -143,6 +143,22 @@ def test_gqa_and_mask_head_broadcast(form, mask_heads, heads):
                       heads_k=hk, mask_heads=hm, head_dim=64))
 
 
+@pytest.mark.parametrize("packed", ["0", "1"])
+@pytest.mark.parametrize("block_m", ["64", "128"])
+@pytest.mark.parametrize("group", [2, 4, 8, 16])
+@pytest.mark.parametrize("form", [(True, 0), (True, 1), (False, 2), (False, 4)], ids=form_id)
+def test_gqa_heads_packed_into_forward_tiles(form, group, block_m, packed, monkeypatch):
+    """The Hopper forward packs the query heads of a GQA group into one tile's rows (row r: position
+    r / group of head r % group, FLASHMASK_SM90_PACK_GQA), at both tile heights and with groups up
+    to the 64-row tile's limit (16 heads: 8 positions per 128-row tile, unpacked at 64 rows); mask
+    heads = Hk so that each group shares a slice, positions not a multiple of any tile, Sq != Sk."""
+    monkeypatch.setenv("FLASHMASK_SM90_PACK_GQA", packed)
+    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", block_m)
+    heads_k = 2
+    check(fuzzed_case(form, seed_offset=1400 + group, batch=2, seqlen_q=301, seqlen_k=277, heads_q=group * heads_k,
+                      heads_k=heads_k, mask_heads=heads_k, head_dim=128 if group <= 4 else 64))
+
+
 @pytest.mark.parametrize("case", ["causal_document-bf16-D128", "global_sliding-fp16-D64"])
 def test_long_sequence_4097(case):
     if case.startswith("causal_document"):

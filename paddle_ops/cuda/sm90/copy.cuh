@@ -4,7 +4,12 @@
 // shared to global memory.
 #pragma once
 
+#include <stdexcept>
+#include <string>
+
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/cuda_host_adapter.hpp>
 
 #include "flashmask/params.h"
 
@@ -58,6 +63,62 @@ auto make_tma_store(const TensorView& t, int32_t seqlen, int32_t head_dim, int32
                     SmemLayout smem_layout, Tile tile) {
   return cute::make_tma_copy(cute::SM90_TMA_STORE{}, tma_view<Element>(t, seqlen, head_dim, heads, batch),
                              smem_layout, tile, cute::_1{});
+}
+
+// The forward's query-row tiles (Q loads, O stores) as TMA sees them: kBlockM rows x the head dim,
+// the rows being `pack` query heads that share a K/V head (the fastest) x kBlockM / pack positions,
+// so that one tile serves a whole GQA group (pack = 1: one head's kBlockM positions). A 5-D map
+// (column, head in the group, position, group, batch) over the caller's [B, S, H, D] strides,
+// written into shared memory in 64-column (128-byte) chunks with the 128-byte swizzle, chunk c at
+// c * kBlockM * 64 elements: the K-major SW128 layout of the tile (fwd_traits.cuh asserts that
+// layout). Positions past `seqlen` are zero-filled on loads and dropped on stores.
+constexpr int kRowTileChunk = 64;
+
+template <typename Element>
+cute::TmaDescriptor make_row_tile_map(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads,
+                                      int32_t batch, int32_t pack, int32_t block_m) {
+  static_assert(sizeof(Element) == 2, "16-bit elements");
+  constexpr cuuint64_t kBytes = sizeof(Element);
+  const CUtensorMapDataType type = std::is_same_v<std::remove_cv_t<Element>, cutlass::half_t>
+                                       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t dims[5] = {(cuuint64_t)head_dim, (cuuint64_t)pack, (cuuint64_t)seqlen, (cuuint64_t)(heads / pack),
+                              (cuuint64_t)batch};
+  const cuuint64_t strides[4] = {(cuuint64_t)t.head_stride * kBytes, (cuuint64_t)t.row_stride * kBytes,
+                                 (cuuint64_t)(t.head_stride * pack) * kBytes, (cuuint64_t)t.batch_stride * kBytes};
+  const cuuint32_t box[5] = {kRowTileChunk, (cuuint32_t)pack, (cuuint32_t)(block_m / pack), 1, 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  cute::TmaDescriptor desc{};
+  const CUresult result = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+      &desc, type, 5, t.data, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error("flashmask sm90: cuTensorMapEncodeTiled failed (" + std::to_string((int)result) +
+                             ") for a query-row tile map: the tensor needs 16-byte aligned data and strides");
+  }
+  return desc;
+}
+
+// Loads the row tile (position pos0, GQA group `group` or head when pack = 1, batch b) into `smem`,
+// completing on `mbar`.
+template <int kBlockM, int kHeadDim, typename Element>
+__device__ __forceinline__ void load_row_tile(const cute::TmaDescriptor* map, uint64_t* mbar, Element* smem,
+                                              int32_t pos0, int32_t group, int32_t b) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int c = 0; c < kHeadDim / kRowTileChunk; ++c) {
+    cute::SM90_TMA_LOAD_5D::copy(map, mbar, static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL),
+                                 smem + c * kBlockM * kRowTileChunk, c * kRowTileChunk, 0, pos0, group, b);
+  }
+}
+
+// Stores `smem` into the row tile (the calling thread's bulk group: tma_store_arrive commits it).
+template <int kBlockM, int kHeadDim, typename Element>
+__device__ __forceinline__ void store_row_tile(const cute::TmaDescriptor* map, const Element* smem, int32_t pos0,
+                                               int32_t group, int32_t b) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int c = 0; c < kHeadDim / kRowTileChunk; ++c) {
+    cute::SM90_TMA_STORE_5D::copy(map, smem + c * kBlockM * kRowTileChunk, c * kRowTileChunk, 0, pos0, group, b);
+  }
 }
 
 // Parameters of a TMA pipeline (cutlass PipelineTmaAsync) whose stages each carry `bytes`: thread 0

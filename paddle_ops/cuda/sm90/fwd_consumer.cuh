@@ -74,7 +74,8 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     const FwdTile& tile = work.tile;
     const int32_t num_entries = work.num_entries, num_partial = work.num_partial;
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
-    const int32_t row0 = tile.m_block * Traits::kBlockM;
+    // The tile's first position; row r holds position row0 + (r >> pack_shift) (fwd_params.cuh).
+    const int32_t row0 = tile.m_block * (Traits::kBlockM >> kp.pack_shift);
     clear(acc_o);
     OnlineSoftmax<kRows> softmax(kp.scale_log2);
 
@@ -98,8 +99,8 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
                 acc_s, smem.payload.data() + stage * Traits::kPayloadWords * Traits::kConsumerThreads, tidx);
           } else {
             const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
-            apply_element_mask(acc_s, tScS, row0, n_block * Traits::kBlockN, p.seqlen_k, columns,
-                               p.causal, causal_off);
+            apply_element_mask(acc_s, tScS, row0, kp.pack_shift, n_block * Traits::kBlockN, p.seqlen_k,
+                               columns, p.causal, causal_off);
           }
         }
       };
@@ -112,7 +113,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       pipeline_k.consumer_release(read);
       softmax.step(acc_s, correction);
       if constexpr (kDropout)
-        apply_tile_dropout(acc_s, tScS, row0, entry_n_block(entry0) * Traits::kBlockN, tile.b, tile.head_q, p);
+        apply_tile_dropout(acc_s, tScS, row0, entry_n_block(entry0) * Traits::kBlockN, tile.b, tile.head, p);
       Tensor p_frag = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(acc_s.layout()));
       read_v = read;
@@ -130,7 +131,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         mask_if(i, n_block, read.index(), partial);
         pipeline_k.consumer_release(read);
         softmax.step(acc_s, correction);
-        if constexpr (kDropout) apply_tile_dropout(acc_s, tScS, row0, n_block * Traits::kBlockN, tile.b, tile.head_q, p);
+        if constexpr (kDropout) apply_tile_dropout(acc_s, tScS, row0, n_block * Traits::kBlockN, tile.b, tile.head, p);
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
         warpgroup_fence_operand(acc_o);
         pipeline_v.consumer_release(read_v);
@@ -157,7 +158,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
 
     float lse[kRows];
     softmax.finish(acc_o, p.softmax_scale, lse);
-    store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head_q, tile.b, tidx);
+    store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head, tile.b, tidx);
     if constexpr (Traits::kPersistent) {
       if (tidx != 0) pipeline_q.consumer_release(read_q);
       stored_q = read_q;

@@ -2,8 +2,8 @@
 // written by the first thread of each quad.
 //
 // O goes through the tile's own Q stage in shared memory (stmatrix; same shape and swizzle, and
-// free: every QK wgmma of the tile has retired) and leaves by one TMA store, which clips rows past
-// Sq. A one-tile CTA waits for the store's read before it exits; a persistent CTA hands the stage
+// free: every QK wgmma of the tile has retired) and leaves by the row-tile TMA store (copy.cuh),
+// which drops positions past Sq. A one-tile CTA waits for the store's read before it exits; a persistent CTA hands the stage
 // back to its Q ring only once the store has read it (fwd_consumer.cuh), so that no thread waits.
 // Register stores from persistent CTAs (pairs of adjacent columns, as before) were LSU-bound: H200,
 // bf16 D = 128, one process, fwd TFLOP/s registers -> TMA (tile order of fwd_tile_order.cuh on):
@@ -26,11 +26,12 @@ namespace sm90 {
 // Named barrier of the consumer warpgroups: every thread's part of O is in shared memory.
 constexpr uint32_t kBarrierOStored = 1;
 
-// sQ: the Q ring (kBlockM, kHeadDim, kQStages); q_stage: this tile's stage.
+// sQ: the Q ring (kBlockM, kHeadDim, kQStages); q_stage: this tile's stage; head: the tile's
+// query head, or its GQA group where heads are packed (FwdKernelParams::pack_shift).
 template <class Traits, class TO, class TiledMma, class SmemQ, int kRows>
 __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, TO const& acc_o,
                                              TiledMma const& mma_pv, SmemQ const& sQ, int q_stage,
-                                             const float (&lse)[kRows], int32_t m_block, int32_t head_q,
+                                             const float (&lse)[kRows], int32_t m_block, int32_t head,
                                              int32_t b, int tidx) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -44,20 +45,20 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
   cute::copy(r2s, thr_r2s.retile_S(o16), thr_r2s.partition_D(sQ(_, _, q_stage)));
   cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierOStored);
+  const int32_t pos0 = m_block * (Traits::kBlockM >> kp.pack_shift);
   if (tidx == 0) {
-    Tensor mO = kp.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.heads_q, p.batch));
-    Tensor gO = local_tile(mO(_, _, head_q, b), select<0, 2>(typename Traits::TileShapeQK{}),
-                           make_coord(m_block, _0{}));
-    auto [tOgO, tOsO] = tma_partition(kp.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gO));
-    cute::copy(kp.tma_o, tOsO(_, q_stage), tOgO);
+    const Element* stage = raw_pointer_cast(sQ.data()) + q_stage * cosize_v<typename Traits::SmemLayoutQ>;
+    store_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.out_rows, stage, pos0, head, b);
     cute::tma_store_arrive();
   }
-  float* lse_row = p.lse + ((int64_t)b * p.heads_q + head_q) * p.seqlen_q;
+  // Row r of the tile: position pos0 + r / pack of query head head * pack + r % pack.
+  const int32_t pack_mask = (1 << kp.pack_shift) - 1;
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < kRows; ++i) {
-    const int32_t row = m_block * Traits::kBlockM + get<0>(c(i, 0));
-    if (row < p.seqlen_q && tidx % 4 == 0) lse_row[row] = lse[i];
+    const int32_t r = get<0>(c(i, 0));
+    const int32_t pos = pos0 + (r >> kp.pack_shift), head_q = (head << kp.pack_shift) + (r & pack_mask);
+    const int64_t heads_q = (int64_t)p.heads_q << kp.pack_shift;
+    if (pos < p.seqlen_q && tidx % 4 == 0) p.lse[(b * heads_q + head_q) * p.seqlen_q + pos] = lse[i];
   }
   if constexpr (!Traits::kPersistent) {
     if (tidx == 0) cute::tma_store_wait<0>();  // the CTA's shared memory must outlive the store's read

@@ -26,10 +26,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
   const bool producer = threadIdx.x < 128;  // warpgroup 0
 
   if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(&kp.q_rows);
     cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_o.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(&kp.out_rows);
   }
   const auto pp = tma_pipeline_params<Pipeline>(Traits::kKVBytes, producer, Traits::kConsumerThreads);
   Pipeline pipeline_k(smem.pipeline_k, pp, cute::Shape<cute::_1, cute::_1, cute::_1>{});

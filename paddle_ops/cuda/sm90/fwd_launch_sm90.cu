@@ -43,6 +43,24 @@ int sm90::fwd_block_m(const FwdParams& p) {
   return d == 128 && p.seqlen_q >= kLongRows ? 128 : 64;
 }
 
+int sm90::fwd_pack_shift(const FwdParams& p, int block_m) {
+  const char* v = std::getenv("FLASHMASK_SM90_PACK_GQA");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+  const int group = p.heads_k > 0 ? p.heads_q / p.heads_k : 1;
+  const bool one_slice_per_group =
+      !p.mask_form.has_indices() || p.mask_heads <= 1 || p.mask_heads == p.heads_k;
+  // Rows whose K / V head outgrows an L2 section (fwd_tile_order.cuh) gain nothing from packing
+  // (1M-token causal-document row, GQA 16:4: 600 packed vs 603 TFLOP/s) and their block lists,
+  // O(Sq / positions per tile x Sk / block_n), would grow by the group size: unpacked there.
+  if (group <= 1 || (group & (group - 1)) != 0 || group > block_m / 8 || !one_slice_per_group ||
+      p.dropout_p > 0.f || p.block_mask != nullptr || sm90::kernel_head_dim(p) > 128 ||
+      sm90::order_keeps_locality(p))
+    return 0;
+  int shift = 0;
+  while ((1 << shift) < group) ++shift;
+  return shift;
+}
+
 bool fwd_sm90_selected(const FwdParams& p) {
   const bool supported = sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.seqlen_k > 0;
   // On by default: 74/74 forward cases vs fp64 on the H200 with both tile shapes (sm90/DESIGN_forward.md).
@@ -69,10 +87,24 @@ int sm90::payload_tiles_per_list() {
 namespace {
 
 // Mask payload slots of a call, pooled over its query-block lists.
-int32_t payload_capacity(const FwdParams& p, int block_m) {
-  const int64_t lists = (int64_t)MaskSlices::of(p).count() * ceil_div(p.seqlen_q, block_m);
+int32_t payload_capacity(const FwdParams& p, int list_rows) {
+  const int64_t lists = (int64_t)MaskSlices::of(p).count() * ceil_div(p.seqlen_q, list_rows);
   return (int32_t)std::min<int64_t>(lists * sm90::payload_tiles_per_list(), INT32_MAX / 2);
 }
+
+// The tiles of a call: the kernel's block_m x block_n, the GQA packing (sm90::fwd_pack_shift) and,
+// from it, the problem the tiles see and the positions a query block's list covers.
+struct Sm90FwdTiling {
+  int block_m, block_n, pack_shift, list_rows;
+  FwdParams tiles;
+
+  Sm90FwdTiling(const FwdParams& p, int block_m_)
+      : block_m(block_m_),
+        block_n(sm90::fwd_block_n(block_m_, sm90::kernel_head_dim(p))),
+        pack_shift(sm90::fwd_pack_shift(p, block_m_)),
+        list_rows(block_m_ >> pack_shift),
+        tiles(sm90::packed_view(p, pack_shift)) {}
+};
 
 // The sm90 forward's mask plan: the block lists (bounds, entries, counts, column bounds), then the
 // partial tiles' numbering and each payload slot's list, their mask payloads, the tile order.
@@ -83,8 +115,9 @@ struct Sm90FwdPlan {
   size_t bytes = 0;
 
   // base: the plan's memory, or nullptr to count its bytes only.
-  Sm90FwdPlan(const FwdParams& p, int block_m, const void* base) {
-    const int block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
+  Sm90FwdPlan(const Sm90FwdTiling& t, const void* base) {
+    const FwdParams& p = t.tiles;
+    const int block_m = t.list_rows, block_n = t.block_n;
     if (base != nullptr) lists = carve_fwd_block_lists(p, block_m, block_n, base);
     payload.capacity = payload_capacity(p, block_m);
     // Addresses as integers: with base = nullptr only the size is wanted.
@@ -98,7 +131,7 @@ struct Sm90FwdPlan {
     payload.partial_offsets = reinterpret_cast<int32_t*>(take(partial_offsets_bytes(p, block_m)));
     payload.slot_lists = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (size_t)payload.capacity));
     payload.words = reinterpret_cast<uint32_t*>(
-        take((size_t)payload.capacity * sm90::fwd_payload_bytes(block_m, block_n)));
+        take((size_t)payload.capacity * sm90::fwd_payload_bytes(t.block_m, block_n)));
     order = reinterpret_cast<int32_t*>(take(sm90::fwd_tile_order_bytes(p, block_m)));
     bytes = at;
   }
@@ -107,32 +140,35 @@ struct Sm90FwdPlan {
 }  // namespace
 
 MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m) {
-  const int block_n = sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p));
-  const Sm90FwdPlan layout(p, block_m, nullptr);
-  return {layout.bytes, mask_plan_key(p, PlanDirection::kForward, {90, block_m, block_n, layout.payload.capacity})};
+  const Sm90FwdTiling t(p, block_m);
+  const Sm90FwdPlan layout(t, nullptr);
+  return {layout.bytes, mask_plan_key(p, PlanDirection::kForward,
+                                      {90, block_m, t.block_n, t.pack_shift, layout.payload.capacity})};
 }
 
 void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream_t stream) {
-  const int columns = sm90::kernel_head_dim(p);  // of the instantiation that runs
-  const FwdBlockLists lists = build_fwd_block_lists(p, block_m, sm90::fwd_block_n(block_m, columns), base, stream);
+  const Sm90FwdTiling t(p, block_m);
+  const FwdBlockLists lists = build_fwd_block_lists(t.tiles, t.list_rows, t.block_n, base, stream);
   if (lists.num_m_blocks == 0) return;
-  const Sm90FwdPlan plan(p, block_m, base);
-  launch_partial_offsets(lists, p, const_cast<int32_t*>(plan.payload.partial_offsets), stream,
+  const Sm90FwdPlan plan(t, base);
+  launch_partial_offsets(lists, t.tiles, const_cast<int32_t*>(plan.payload.partial_offsets), stream,
                          const_cast<int32_t*>(plan.payload.slot_lists), plan.payload.capacity);
   // Index masks: longest lists first (fwd_tile_order.cuh). Without indices the natural order is
   // already that (causal: each head's last query blocks first) or every list is the same.
-  if (p.mask_form.has_indices()) sm90::launch_fwd_tile_order(p, lists, plan.order, stream);
-  sm90::dispatch_instantiation(p.dtype, columns, "build_fwd_sm90_plan", [&](auto e, auto d) {
-    sm90::launch_fwd_mask_payload<decltype(e), decltype(d)::value>(p, lists, block_m, plan.payload, stream);
+  if (p.mask_form.has_indices()) sm90::launch_fwd_tile_order(t.tiles, lists, plan.order, stream);
+  sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "build_fwd_sm90_plan", [&](auto e, auto d) {
+    sm90::launch_fwd_mask_payload<decltype(e), decltype(d)::value>(p, lists, block_m, t.pack_shift, plan.payload,
+                                                                   stream);
   });
 }
 
 void run_fwd_sm90(const FwdParams& p, int block_m, const void* base, void* scratch, cudaStream_t stream) {
-  const Sm90FwdPlan plan(p, block_m, base);
+  const Sm90FwdTiling t(p, block_m);
+  const Sm90FwdPlan plan(t, base);
   if (plan.lists.num_m_blocks == 0) return;
   const int32_t* order = p.mask_form.has_indices() ? plan.order : nullptr;
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_fwd_sm90", [&](auto e, auto d) {
-    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, plan.lists, block_m,
+    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, plan.lists, block_m, t.pack_shift,
                                                                static_cast<int32_t*>(scratch), plan.payload,
                                                                order, stream);
   });

@@ -48,24 +48,27 @@ int64_t resident_ctas(Kernel kernel, int threads, int smem_bytes) {
   return ctas;
 }
 
+// p: the caller's problem; the tiles see packed_view(p, pack_shift) (fwd_sm90.h), on which `lists`
+// were built.
 template <typename Element, int kHeadDim, int kBlockM, bool kPersistent = false, bool kDropout = false>
-void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_counter,
+void launch_fwd(const FwdParams& p, int pack_shift, const FwdBlockLists& lists, int32_t* tile_counter,
                 const FwdMaskPayload& payload, const int32_t* tile_order, cudaStream_t stream) {
   using namespace cute;
   using Traits = FwdTraits<Element, kHeadDim, kBlockM, fwd_block_n(kBlockM, kHeadDim), 2, kPersistent>;
   using TileShapeQK = typename Traits::TileShapeQK;
+  const FwdParams tiles = packed_view(p, pack_shift);
+  const int32_t pack = 1 << pack_shift;
   FwdKernelParams<Traits> kp{
-      make_tma_load<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, typename Traits::SmemLayoutQ{},
-                               select<0, 2>(TileShapeQK{})),
+      make_row_tile_map<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, pack, kBlockM),
+      make_row_tile_map<Element>(p.out, p.seqlen_q, p.head_dim_v, p.heads_q, p.batch, pack, kBlockM),
       make_tma_load<Element>(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
                                select<1, 2>(TileShapeQK{})),
       make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim_v, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
                                select<1, 2>(TileShapeQK{})),
-      make_tma_store<Element>(p.out, p.seqlen_q, p.head_dim_v, p.heads_q, p.batch, typename Traits::SmemLayoutQ{},
-                              select<0, 2>(TileShapeQK{})),
-      p,
+      tiles,
+      pack_shift,
       lists,
-      MaskSlices::of(p),
+      MaskSlices::of(tiles),
       p.softmax_scale * 1.4426950408889634f,
       tile_counter,
       payload,
@@ -76,9 +79,9 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
   // All of the unified L1/shared array as shared memory, so that kMinBlocksPerSM CTAs fit.
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      (int)cudaSharedmemCarveoutMaxShared));
-  const int64_t num_tiles = (int64_t)lists.num_m_blocks * p.heads_q * p.batch;
+  const int64_t num_tiles = (int64_t)lists.num_m_blocks * tiles.heads_q * tiles.batch;
   if (num_tiles > INT32_MAX) {
-    throw std::runtime_error("flashmask run_fwd_sm90: num_m_blocks x heads_q x batch = " +
+    throw std::runtime_error("flashmask run_fwd_sm90: query blocks x heads x batch = " +
                              std::to_string(num_tiles) + " tiles, more than 2^31 - 1");
   }
   int64_t grid = num_tiles;
@@ -91,13 +94,15 @@ void launch_fwd(const FwdParams& p, const FwdBlockLists& lists, int32_t* tile_co
 }
 
 template <typename Element, int kHeadDim>
-void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
                              const FwdMaskPayload& payload, cudaStream_t stream) {
+  const FwdParams tiles = packed_view(p, pack_shift);
   // The bits follow the S accumulators of the tiled MMA, which only the tile shape decides: every
   // kernel of block_m rows (persistent or not, with dropout or not) reads the same payload.
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
-      launch_mask_payload<FwdTraits<Element, kHeadDim, 64, fwd_block_n(64, kHeadDim)>>(p, lists, payload, stream);
+      launch_mask_payload<FwdTraits<Element, kHeadDim, 64, fwd_block_n(64, kHeadDim)>>(tiles, lists, payload,
+                                                                                   pack_shift, stream);
       return;
     }
   }
@@ -105,17 +110,19 @@ void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int
     throw std::runtime_error("flashmask build_fwd_sm90_plan: block_m must be 128, or 64 below head_dim 256; got " +
                              std::to_string(block_m));
   }
-  launch_mask_payload<FwdTraits<Element, kHeadDim, 128, fwd_block_n(128, kHeadDim)>>(p, lists, payload, stream);
+  launch_mask_payload<FwdTraits<Element, kHeadDim, 128, fwd_block_n(128, kHeadDim)>>(tiles, lists, payload,
+                                                                                     pack_shift, stream);
 }
 
 template <typename Element, int kHeadDim>
-void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
                          int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
                          cudaStream_t stream) {
   // Dropout: one shape, 128 rows and one tile per CTA (fwd_block_m picks 128 rows for it).
   if (p.dropout_p > 0.f) {
-    if (block_m != 128) throw std::runtime_error("flashmask run_fwd_sm90: dropout runs the 128-row kernel");
-    launch_fwd<Element, kHeadDim, 128, false, true>(p, lists, tile_counter, payload, tile_order, stream);
+    if (block_m != 128 || pack_shift != 0)
+      throw std::runtime_error("flashmask run_fwd_sm90: dropout runs the 128-row kernel, one query head per tile");
+    launch_fwd<Element, kHeadDim, 128, false, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
     return;
   }
   const bool persistent = use_persistent(p, block_m);
@@ -124,17 +131,17 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int blo
   // which is what that shape is for.
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
-      persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, lists, tile_counter, payload, tile_order, stream)
-                 : launch_fwd<Element, kHeadDim, 64>(p, lists, tile_counter, payload, tile_order, stream);
+      persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream)
+                 : launch_fwd<Element, kHeadDim, 64>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
       return;
     }
     if (block_m == 128 && persistent) {
-      launch_fwd<Element, kHeadDim, 128, true>(p, lists, tile_counter, payload, tile_order, stream);
+      launch_fwd<Element, kHeadDim, 128, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
       return;
     }
   }
   if (block_m == 128) {
-    launch_fwd<Element, kHeadDim, 128>(p, lists, tile_counter, payload, tile_order, stream);
+    launch_fwd<Element, kHeadDim, 128>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
     return;
   }
   throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, or 64 below head_dim 256; got " +
@@ -155,9 +162,9 @@ bool fwd_sm90_kernel_built() {
 }
 
 #define FM_SM90_FWD_INSTANTIATE(T, D)                                                               \
-  template void launch_fwd_mask_payload<T, D>(const FwdParams&, const FwdBlockLists&, int,           \
+  template void launch_fwd_mask_payload<T, D>(const FwdParams&, const FwdBlockLists&, int, int,      \
                                               const FwdMaskPayload&, cudaStream_t);                  \
-  template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, int32_t*,    \
+  template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, int, int32_t*, \
                                           const FwdMaskPayload&, const int32_t*, cudaStream_t);    \
   template bool fwd_sm90_kernel_built<T, D>();
 

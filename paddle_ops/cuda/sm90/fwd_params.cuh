@@ -4,6 +4,7 @@
 
 #include "flashmask/params.h"
 #include "../preprocess.cuh"
+#include "copy.cuh"
 #include "fwd_sm90.h"
 
 namespace flashmask {
@@ -11,11 +12,15 @@ namespace sm90 {
 
 template <class Traits>
 struct FwdKernelParams {
-  typename Traits::TmaQ tma_q;
+  cute::TmaDescriptor q_rows;    // Q tiles (copy.cuh: make_row_tile_map)
+  cute::TmaDescriptor out_rows;  // O tiles
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
-  typename Traits::TmaO tma_o;
+  // The problem as the tiles see it: with GQA heads packed into the rows (pack_shift > 0: 2^pack_shift
+  // query heads per tile, fwd_sm90.h), heads_q counts the packed groups (= heads_k) and a tile's
+  // kBlockM rows cover kBlockM >> pack_shift positions; lse and the row maps keep the real heads.
   FwdParams p;
+  int32_t pack_shift;
   FwdBlockLists lists;
   MaskSlices slices;
   float scale_log2;  // softmax_scale * log2(e)

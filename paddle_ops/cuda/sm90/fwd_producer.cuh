@@ -23,10 +23,8 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
   using TileShapeQK = typename Traits::TileShapeQK;
   const FwdParams& p = kp.p;
 
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQStages{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
-  Tensor mQ = kp.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.heads_q, p.batch));
   Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
   Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.heads_k, p.batch));
 
@@ -40,13 +38,9 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
     const FwdTileWork work = fwd_tile_work(kp, t);
     publish_work<Traits>(smem.tile_ring, pipeline_tiles, write_t, work);
     const FwdTile& tile = work.tile;
-    const int32_t head_k = tile.head_q / (p.heads_q / p.heads_k);
-    Tensor gQ = local_tile(mQ(_, _, tile.head_q, tile.b), select<0, 2>(TileShapeQK{}),
-                           make_coord(tile.m_block, _0{}));
+    const int32_t head_k = tile.head / (p.heads_q / p.heads_k);
     Tensor gK = local_tile(mK(_, _, head_k, tile.b), select<1, 2>(TileShapeQK{}), make_coord(_, _0{}));
     Tensor gV = local_tile(mV(_, _, head_k, tile.b), select<1, 2>(TileShapeQK{}), make_coord(_, _0{}));
-    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
     auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
@@ -55,7 +49,10 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
     // Q first, before the list is read (every tile's consumers wait for and release their Q, also
     // on an empty list, so no load outlives the CTA).
     pipeline_q.producer_acquire(write_q);
-    copy(kp.tma_q.with(*pipeline_q.producer_get_barrier(write_q), 0), tQgQ, tQsQ(_, write_q.index()));
+    typename Traits::Element* q_stage = smem.q.data() + write_q.index() * cosize_v<typename Traits::SmemLayoutQ>;
+    load_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.q_rows, pipeline_q.producer_get_barrier(write_q), q_stage,
+                                                     tile.m_block * (Traits::kBlockM >> kp.pack_shift), tile.head,
+                                                     tile.b);
     ++write_q;
 
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;

@@ -39,6 +39,22 @@ constexpr size_t kFwdScratchBytes = 256;
 // always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
 constexpr int kLongRows = 8192;
 int fwd_block_m(const FwdParams& p);
+
+// GQA heads packed into the tile rows: 2^shift query heads that share a K/V head fill one tile,
+// row r = (position r >> shift, head r % 2^shift of the group), so that their K/V blocks are loaded
+// once for all of them and a tile spans block_m >> shift positions (fewer masked elements on the
+// diagonal and at document edges); FlashAttention's pack_gqa. Where the heads share one mask
+// slice (mask heads 1 or Hk), without dropout or a block mask, the group a power of two of at most
+// block_m / 8, D <= 128 and Sk <= 64K at D = 128 (fwd_launch_sm90.cu); else 0.
+// FLASHMASK_SM90_PACK_GQA=0 turns it off (read per call).
+int fwd_pack_shift(const FwdParams& p, int block_m);
+
+// The problem as packed tiles see it: heads_q counts the groups (= heads_k when packed).
+inline FwdParams packed_view(const FwdParams& p, int pack_shift) {
+  FwdParams v = p;
+  v.heads_q = p.heads_q >> pack_shift;
+  return v;
+}
 // Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
 // shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
 constexpr int fwd_block_n(int block_m, int head_dim) { return head_dim > 128 ? 64 : block_m; }
@@ -62,15 +78,16 @@ struct FwdMaskPayload {
 // only on the few query blocks that straddle two documents. FLASHMASK_SM90_PAYLOAD_TILES=N
 // overrides (0: every partial tile evaluates column intervals; read at every launch).
 int payload_tiles_per_list();
-// One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built with
-// (block_m, fwd_block_n(block_m)). launch_fwd_mask_payload writes the payloads of a plan (their bit
-// order is that of the block_m-row kernel's S accumulators); run_fwd_sm90_kernel launches the
-// attention kernel, `tile_counter` (one int32 of scratch) counting persistent CTAs' tile claims.
+// One instantiation per (dtype, head dim), each in its own fwd_hdim*_sm90.cu; lists built on
+// packed_view(p, pack_shift) with (block_m >> pack_shift, fwd_block_n(block_m)).
+// launch_fwd_mask_payload writes the payloads of a plan (their bit order is that of the
+// block_m-row kernel's S accumulators); run_fwd_sm90_kernel launches the attention kernel,
+// `tile_counter` (one int32 of scratch) counting persistent CTAs' tile claims.
 template <typename Element, int kHeadDim>
-void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
                              const FwdMaskPayload& payload, cudaStream_t stream);
 template <typename Element, int kHeadDim>
-void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m,
+void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
                          int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
                          cudaStream_t stream);
 template <typename Element, int kHeadDim>

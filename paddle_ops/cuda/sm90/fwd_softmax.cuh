@@ -17,12 +17,13 @@ namespace sm90 {
 using namespace cute;
 
 // Sets the masked elements of a partial tile to -inf. `coords` is the identity tensor partitioned
-// like `scores` (tile-local (row, col)); rows/cols are offset by the tile origin. Columns >= Sk are
+// like `scores` (tile-local (row, col)); tile row r is position row0 + (r >> row_shift) (GQA heads
+// packed into the rows: fwd_params.cuh), column c key col0 + c. Columns >= Sk are
 // masked too (their K rows were zero-filled by TMA). `columns` (nullptr without indices) holds the
 // normalised bounds of this tile's key columns (shared memory, staged with the K tile).
 template <class TS, class TC>
 __device__ __forceinline__ void apply_element_mask(TS& scores, TC const& coords, int32_t row0,
-                                                   int32_t col0, int32_t seqlen_k,
+                                                   int32_t row_shift, int32_t col0, int32_t seqlen_k,
                                                    const ColumnBounds* columns, bool causal,
                                                    int32_t causal_off) {
   Tensor s = make_tensor(scores.data(), acc_rowcol(scores.layout()));
@@ -36,7 +37,7 @@ __device__ __forceinline__ void apply_element_mask(TS& scores, TC const& coords,
     if (columns != nullptr && in_range) b = columns[c_local];
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size<0>(s); ++i) {
-      const int32_t row = row0 + get<0>(c(i, 0));
+      const int32_t row = row0 + (get<0>(c(i, 0)) >> row_shift);
       if (!in_range || is_masked(row, col, b, causal, causal_off)) s(i, j) = -INFINITY;
     }
   }

@@ -19,8 +19,10 @@ namespace flashmask {
 namespace sm90 {
 
 struct FwdTile {
-  int32_t m_block, head_q, b;
-  int32_t slice;  // mask slice of (b, head_q)
+  int32_t m_block;
+  int32_t head;  // query head, or GQA group where its heads share the tile (FwdKernelParams::pack_shift)
+  int32_t b;
+  int32_t slice;  // mask slice of (b, head)
   int64_t list;   // index of this tile's block list (preprocess.cuh)
 };
 
@@ -59,9 +61,9 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams<Traits>& kp, i
   FwdTile tile;
   tile.m_block = num_m - 1 - t % num_m;
   t /= num_m;
-  tile.head_q = t % kp.p.heads_q;
+  tile.head = t % kp.p.heads_q;
   tile.b = t / kp.p.heads_q;
-  tile.slice = kp.slices.index(kp.p, tile.b, tile.head_q);
+  tile.slice = kp.slices.index(kp.p, tile.b, tile.head);
   tile.list = (int64_t)tile.slice * num_m + tile.m_block;
   return tile;
 }

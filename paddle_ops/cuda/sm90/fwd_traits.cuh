@@ -98,14 +98,13 @@ struct FwdTraits {
 
   // Global tensors as TMA sees them (copy.cuh): (seqlen, head_dim, heads, batch), head_dim contiguous.
   using GmemTensor = TmaGmemTensor<Element const>;
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
-                                      select<0, 2>(TileShapeQK{}), _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        select<1, 2>(TileShapeQK{}), _1{}));
-  // The output leaves through the tile's own Q stage (same shape and swizzle): stmatrix from the
-  // accumulators, then one TMA store, which also clips rows past Sq.
-  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, TmaGmemTensor<Element>{}, SmemLayoutQ{},
-                                      select<0, 2>(TileShapeQK{}), _1{}));
+  // Q arrives and the output leaves (through the tile's own Q stage: stmatrix from the
+  // accumulators) by the row-tile TMA of copy.cuh, which writes and reads this layout.
+  static_assert(std::is_same_v<SmemAtomQ, GMMA::Layout_K_SW128_Atom<Element>> &&
+                    kHeadDim % kRowTileChunk == 0,
+                "the row-tile TMA (copy.cuh) fills 64-column chunks of a K-major SW128 layout");
   using SmemCopyAtomO = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 
   // A partial tile's mask payload: a bit per S accumulator value of each consumer thread.
