@@ -74,8 +74,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     const FwdTile& tile = work.tile;
     const int32_t num_entries = work.num_entries, num_partial = work.num_partial;
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
-    // The tile's first position; row r holds position row0 + (r >> pack_shift) (fwd_params.cuh).
-    const int32_t row0 = tile.m_block * (Traits::kBlockM >> kp.pack_shift);
+    const int32_t row0 = tile_first_position(tile.m_block, Traits::kBlockM, kp.pack_shift);
     clear(acc_o);
     OnlineSoftmax<kRows> softmax(kp.scale_log2);
 

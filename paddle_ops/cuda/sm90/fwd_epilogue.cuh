@@ -3,8 +3,9 @@
 //
 // O goes through the tile's own Q stage in shared memory (stmatrix; same shape and swizzle, and
 // free: every QK wgmma of the tile has retired) and leaves by the row-tile TMA store (copy.cuh),
-// which drops positions past Sq. A one-tile CTA waits for the store's read before it exits; a persistent CTA hands the stage
-// back to its Q ring only once the store has read it (fwd_consumer.cuh), so that no thread waits.
+// which drops positions past Sq. A one-tile CTA waits for the store's read before it exits; a
+// persistent CTA hands the stage back to its Q ring only once the store has read it
+// (fwd_consumer.cuh), so that no thread waits.
 // Register stores from persistent CTAs (pairs of adjacent columns, as before) were LSU-bound: H200,
 // bf16 D = 128, one process, fwd TFLOP/s registers -> TMA (tile order of fwd_tile_order.cuh on):
 // 32K causal document 427 -> 446, document 481 -> 506, share question 434 -> 443, short documents
@@ -45,7 +46,7 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
   cute::copy(r2s, thr_r2s.retile_S(o16), thr_r2s.partition_D(sQ(_, _, q_stage)));
   cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierOStored);
-  const int32_t pos0 = m_block * (Traits::kBlockM >> kp.pack_shift);
+  const int32_t pos0 = tile_first_position(m_block, Traits::kBlockM, kp.pack_shift);
   if (tidx == 0) {
     const Element* stage = raw_pointer_cast(sQ.data()) + q_stage * cosize_v<typename Traits::SmemLayoutQ>;
     store_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.out_rows, stage, pos0, head, b);
@@ -53,11 +54,11 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
   }
   // Row r of the tile: position pos0 + r / pack of query head head * pack + r % pack.
   const int32_t pack_mask = (1 << kp.pack_shift) - 1;
+  const int64_t heads_q = (int64_t)p.heads_q << kp.pack_shift;  // the caller's heads (p: packed_view)
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < kRows; ++i) {
     const int32_t r = get<0>(c(i, 0));
     const int32_t pos = pos0 + (r >> kp.pack_shift), head_q = (head << kp.pack_shift) + (r & pack_mask);
-    const int64_t heads_q = (int64_t)p.heads_q << kp.pack_shift;
     if (pos < p.seqlen_q && tidx % 4 == 0) p.lse[(b * heads_q + head_q) * p.seqlen_q + pos] = lse[i];
   }
   if constexpr (!Traits::kPersistent) {

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
     const int32_t i = slot - payload.partial_offsets[list];  // the list's i-th partial entry
     const int32_t slice = (int32_t)(list / lists.num_m_blocks), m_block = (int32_t)(list % lists.num_m_blocks);
     const int32_t col0 = entry_n_block(lists.entries[list * lists.num_n_blocks + i]) * Traits::kBlockN;
-    const int32_t row0 = m_block * (Traits::kBlockM >> pack_shift);  // tile row r: position row0 + (r >> pack_shift)
+    const int32_t row0 = tile_first_position(m_block, Traits::kBlockM, pack_shift);
     __syncthreads();  // the previous tile's reads of tile_columns are done
     for (int c = tidx; c < Traits::kBlockN; c += Traits::kConsumerThreads) {
       ColumnBounds b{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals

@@ -51,8 +51,8 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
     pipeline_q.producer_acquire(write_q);
     typename Traits::Element* q_stage = smem.q.data() + write_q.index() * cosize_v<typename Traits::SmemLayoutQ>;
     load_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.q_rows, pipeline_q.producer_get_barrier(write_q), q_stage,
-                                                     tile.m_block * (Traits::kBlockM >> kp.pack_shift), tile.head,
-                                                     tile.b);
+                                                     tile_first_position(tile.m_block, Traits::kBlockM, kp.pack_shift),
+                                                     tile.head, tile.b);
     ++write_q;
 
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;

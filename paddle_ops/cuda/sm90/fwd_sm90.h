@@ -49,6 +49,12 @@ int fwd_block_m(const FwdParams& p);
 // FLASHMASK_SM90_PACK_GQA=0 turns it off (read per call).
 int fwd_pack_shift(const FwdParams& p, int block_m);
 
+// First position of query block m_block of block_m-row tiles; tile row r holds position
+// first + (r >> pack_shift), of head (tile head << pack_shift) + r % 2^pack_shift.
+FM_HOST_DEVICE int32_t tile_first_position(int32_t m_block, int block_m, int pack_shift) {
+  return m_block * (block_m >> pack_shift);
+}
+
 // The problem as packed tiles see it: heads_q counts the groups (= heads_k when packed).
 inline FwdParams packed_view(const FwdParams& p, int pack_shift) {
   FwdParams v = p;
