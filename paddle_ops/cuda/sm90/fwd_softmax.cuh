@@ -46,6 +46,7 @@ __device__ __forceinline__ void apply_element_mask(TS& scores, TC const& coords,
 // Running max / sum of kRows rows. Scores are raw (unscaled) logits; p = 2^(s * scale_log2 - m').
 template <int kRows>
 struct OnlineSoftmax {
+  static constexpr int kChains = 4;
   float row_max[kRows];
   float row_sum[kRows];  // this thread's partial sums; reduced over the quad at the end
   float scale_log2;
@@ -62,24 +63,41 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void step(TS& scores, float (&correction)[kRows]) {
     Tensor s = make_tensor(scores.data(), acc_rowcol(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
+    constexpr int kCols = decltype(size<1>(s))::value;
+    static_assert(kCols % kChains == 0);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRows; ++i) {
-      float m = row_max[i];
+      // kChains independent max and sum chains per row: one chain of kCols dependent
+      // instructions would stall every step on the previous one's latency.
+      float m[kChains];
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s); ++j) m = fmaxf(m, s(i, j));
-      m = quad_max(m);
+      for (int c = 0; c < kChains; ++c) m[c] = row_max[i];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) m[j % kChains] = fmaxf(m[j % kChains], s(i, j));
+      const float m_new = quad_max(combine(m, [](float a, float b) { return fmaxf(a, b); }));
       // A row with nothing visible yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      correction[i] = m == -INFINITY ? 1.f : exp2_approx(row_max[i] * scale_log2 - m_scaled);
-      row_max[i] = m;
-      float sum = 0.f;
+      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+      correction[i] = m_new == -INFINITY ? 1.f : exp2_approx(row_max[i] * scale_log2 - m_scaled);
+      row_max[i] = m_new;
+      float sum[kChains] = {};
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s); ++j) {
+      for (int j = 0; j < kCols; ++j) {
         s(i, j) = exp2_approx(s(i, j) * scale_log2 - m_scaled);
-        sum += s(i, j);
+        sum[j % kChains] += s(i, j);
       }
-      row_sum[i] = row_sum[i] * correction[i] + sum;
+      row_sum[i] = row_sum[i] * correction[i] + combine(sum, [](float a, float b) { return a + b; });
     }
+  }
+
+  // Pairwise tree over the chains.
+  template <class Op>
+  __device__ __forceinline__ static float combine(float (&v)[kChains], Op op) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int stride = kChains / 2; stride > 0; stride /= 2) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < stride; ++c) v[c] = op(v[c], v[c + stride]);
+    }
+    return v[0];
   }
 
   template <class TO>
