@@ -76,7 +76,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
     const int32_t row0 = tile_first_position(tile.m_block, Traits::kBlockM, kp.pack_shift);
     clear(acc_o);
-    OnlineSoftmax<kRows> softmax(kp.scale_log2);
+    OnlineSoftmax<kRows, Traits::kSoftmaxChains> softmax(kp.scale_log2);
 
     pipeline_q.consumer_wait(read_q);
     const int q_stage = read_q.index();
@@ -134,7 +134,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
         warpgroup_fence_operand(acc_o);
         pipeline_v.consumer_release(read_v);
-        OnlineSoftmax<kRows>::rescale(acc_o, correction);
+        decltype(softmax)::rescale(acc_o, correction);
         Tensor next = convert_fragment<Element>(acc_s);
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < size(p_frag); ++e) p_frag(e) = next(e);

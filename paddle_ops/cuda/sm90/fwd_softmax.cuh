@@ -44,9 +44,8 @@ __device__ __forceinline__ void apply_element_mask(TS& scores, TC const& coords,
 }
 
 // Running max / sum of kRows rows. Scores are raw (unscaled) logits; p = 2^(s * scale_log2 - m').
-template <int kRows>
+template <int kRows, int kChains>
 struct OnlineSoftmax {
-  static constexpr int kChains = 4;
   float row_max[kRows];
   float row_sum[kRows];  // this thread's partial sums; reduced over the quad at the end
   float scale_log2;
@@ -67,8 +66,8 @@ struct OnlineSoftmax {
     static_assert(kCols % kChains == 0);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRows; ++i) {
-      // kChains independent max and sum chains per row: one chain of kCols dependent
-      // instructions would stall every step on the previous one's latency.
+      // kChains independent max and sum chains per row, so that a step need not wait for the
+      // previous one's result (FwdTraits::kSoftmaxChains says where that measured faster).
       float m[kChains];
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kChains; ++c) m[c] = row_max[i];

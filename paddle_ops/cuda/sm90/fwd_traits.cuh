@@ -65,6 +65,11 @@ struct FwdTraits {
   // 65536 / (threads x CTAs per SM) rounded down to 8, per thread); asking for more makes the
   // consumers' setmaxnreg.inc wait forever (seen: 32 / 240 with 384 threads hung).
   static constexpr int kEntryRegs = (65536 / (kThreads * kMinBlocksPerSM)) / 8 * 8;
+  // Independent chains per S row for the softmax's row max and row sum (OnlineSoftmax). Measured
+  // on the H200 against one chain, processes alternating: D = 128 +2-3% on causal, index masks
+  // level; D = 64 -7% on causal (436 -> 400 TFLOP/s at 8K, the loop's SASS alike but for the
+  // chains); D = 256 not measured, so it keeps one.
+  static constexpr int kSoftmaxChains = kHeadDim == 128 ? 4 : 1;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads,
                 "setmaxnreg budgets exceed the registers the CTA holds");
 
