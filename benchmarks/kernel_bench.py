@@ -18,7 +18,10 @@ of back-to-back calls (compilation and autotuning happen in warm-up and are repo
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
 H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our time includes the mask preprocessing (it runs
 inside every call). --kernel-time adds each call's summed kernel time from torch.profiler (GPU work
-only: a call whose host side launches slower than its kernels run reads faster there). FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
+only: a call whose host side launches slower than its kernels run reads faster there). Each timing
+also records the GPU's mean SM clock and power draw over its warm-up and timed calls
+(fwd_sm_mhz, fwd_power_w, bwd_...; NVML read every 20 ms): at the power limit the clock
+drops, so a kernel's energy per FLOP shows in its time. FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
 comes from `create_block_mask` over a mask_mod that looks the column bounds up in tensors (the
 same dense rule as flashmask_paddle.reference), built once per mask outside the timing and
 reported as block_mask_ms. TFLOP/s count exactly the visible (q, k) pairs: forward 4·D·pairs·Hq,
@@ -53,6 +56,7 @@ if str(REPO) not in sys.path:
 
 from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402
+from flashmask_paddle.bench.gpu_clock import ClockSampler, nvml_reader  # noqa: E402
 
 MASKS = ("causal", "sliding_window", "causal_document", "document", "share_question",
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
@@ -250,6 +254,7 @@ def time_ms(torch, fn, warmup: int, reps: int) -> float:
 
 
 KERNEL_TIME = False  # --kernel-time
+CLOCK_READ = None  # the timed GPU's (SM clock, power) reader (NVML), None without it
 
 
 def kernel_ms(torch, fn, reps: int) -> float:
@@ -530,8 +535,11 @@ def measure(torch, impl, case, warmup, reps, row):
         fwd()
     sync(torch)
     row["compile_s"] = round(time.perf_counter() - t0, 2)
-    with torch.no_grad():
+    with torch.no_grad(), ClockSampler(CLOCK_READ) as clock:
         row["fwd_ms"] = round(time_ms(torch, fwd, warmup, reps), 4)
+    if clock.result is not None:
+        row.update(clock.result.fields("fwd"))
+    with torch.no_grad():
         if KERNEL_TIME:
             row["fwd_kernel_ms"] = round(kernel_ms(torch, fwd, reps), 4)
         out = fwd()
@@ -550,7 +558,10 @@ def measure(torch, impl, case, warmup, reps, row):
         bwd()
         sync(torch)
         row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
-        row["bwd_ms"] = round(time_ms(torch, bwd, warmup, reps), 4)
+        with ClockSampler(CLOCK_READ) as clock:
+            row["bwd_ms"] = round(time_ms(torch, bwd, warmup, reps), 4)
+        if clock.result is not None:
+            row.update(clock.result.fields("bwd"))
         if KERNEL_TIME:
             row["bwd_kernel_ms"] = round(kernel_ms(torch, bwd, reps), 4)
     except Exception as e:
@@ -621,6 +632,8 @@ def table(rows) -> str:
             ratio = "/".join(f"{ref[p][1] / r[f'{p}_ms']:.2f}" if ref.get(p) and r.get(f"{p}_ms") else "-"
                              for p in ("fwd", "bwd"))
         note = r.get("error") or r.get("skipped") or ""
+        if r.get("fwd_sm_mhz") or r.get("bwd_sm_mhz"):
+            note = f"{r.get('fwd_sm_mhz', '-')}/{r.get('bwd_sm_mhz', '-')} MHz {note}"
         if r.get("fwd_kernel_tflops") or r.get("bwd_kernel_tflops"):
             note = f"kernel TF {f('fwd_kernel_tflops', '.1f')}/{f('bwd_kernel_tflops', '.1f')} {note}"
         if is_ours(r["impl"]) and ref:
@@ -717,13 +730,16 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    global SMOKE, WARMUP_S, KERNEL_TIME
+    global SMOKE, WARMUP_S, KERNEL_TIME, CLOCK_READ
     SMOKE = args.smoke
     KERNEL_TIME = args.kernel_time and not SMOKE
     WARMUP_S = 0.0 if SMOKE else args.warmup_s
     if not SMOKE and not torch.cuda.is_available():
         print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
         return 2
+    if not SMOKE:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        CLOCK_READ = nvml_reader(f"GPU-{props.uuid}" if hasattr(props, "uuid") else None)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     if SMOKE:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
         dtypes = {name: torch.float32 for name in dtypes}

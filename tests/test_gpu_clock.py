@@ -1,0 +1,48 @@
+"""The benchmarks' GPU clock sampler: a reader called on a thread while a block runs, its samples
+averaged; NVML absent (the CPU machines) gives no reader and no result."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, nvml_reader
+
+
+def test_samples_are_averaged_into_named_fields():
+    sample = ClockSample.of([(1755.0, 612.3), (1725.0, 640.1)])
+    assert sample.count == 2
+    assert sample.sm_mhz == pytest.approx(1740.0)
+    assert sample.power_w == pytest.approx(626.2)
+    assert sample.fields("bwd") == {"bwd_sm_mhz": 1740, "bwd_power_w": 626.2}
+    assert ClockSample.of([]) is None
+
+
+def test_sampler_reads_at_the_start_and_then_periodically_until_the_block_ends():
+    values = iter([(1980.0, 150.0)] + [(1700.0, 690.0)] * 10_000)
+    calls, threads = [], set()
+
+    def read():
+        calls.append(time.perf_counter())
+        threads.add(threading.get_ident())
+        return next(values)
+
+    with ClockSampler(read, period_s=0.01) as sampler:
+        time.sleep(0.2)
+    n = len(calls)
+    time.sleep(0.05)
+    assert len(calls) == n  # stopped with the block
+    assert 2 <= n <= 30  # ~20 at 10 ms over 0.2 s; a loaded machine reads fewer
+    assert len(threads) == 1 and threading.get_ident() not in threads  # on a thread of its own
+    assert sampler.result.count == n
+    assert sampler.result.sm_mhz == pytest.approx((1980.0 + 1700.0 * (n - 1)) / n)
+
+
+def test_without_nvml_there_is_no_reader_and_no_result():
+    read = nvml_reader("GPU-00000000-0000-0000-0000-000000000000")
+    if read is not None:
+        pytest.skip("NVML present: this checks the machines without a GPU driver")
+    with ClockSampler(read) as sampler:
+        pass
+    assert sampler.result is None
