@@ -38,9 +38,10 @@ class ClockSample:
         return {f"{prefix}_sm_mhz": round(self.sm_mhz), f"{prefix}_power_w": round(self.power_w, 1)}
 
 
-def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float]] | None:
-    """A function returning the GPU's (SM clock MHz, power W) now, or None without NVML. The GPU is
-    named by its UUID ("GPU-..."), as CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise."""
+def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float] | None] | None:
+    """A function returning the GPU's (SM clock MHz, power W) now (None when NVML refuses that
+    read), or None without NVML. The GPU is named by its UUID ("GPU-..."), as
+    CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -53,9 +54,10 @@ def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float]] | Non
         return None
     mhz, milliwatts = ctypes.c_uint(), ctypes.c_uint()
 
-    def read() -> tuple[float, float]:
-        lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz))
-        lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(milliwatts))
+    def read() -> tuple[float, float] | None:
+        if (lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz)) != 0
+                or lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(milliwatts)) != 0):
+            return None
         return float(mhz.value), milliwatts.value / 1000.0
 
     return read
@@ -63,16 +65,18 @@ def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float]] | Non
 
 class ClockSampler:
     """``with ClockSampler(read) as s: ...`` calls ``read()`` when the block starts and every
-    PERIOD_S on a thread of its own while it runs; ``s.result`` is then their ClockSample, or None
-    when ``read`` is None (no NVML)."""
+    PERIOD_S on a thread of its own while it runs; ``s.result`` is then the ClockSample of the
+    reads that returned a value, or None (no NVML, no such read)."""
 
-    def __init__(self, read: Callable[[], tuple[float, float]] | None, period_s: float = PERIOD_S):
+    def __init__(self, read: Callable[[], tuple[float, float] | None] | None, period_s: float = PERIOD_S):
         self.read, self.period_s, self.result = read, period_s, None
         self._samples, self._stop, self._thread = [], threading.Event(), None
 
     def _run(self):
         while True:
-            self._samples.append(self.read())
+            sample = self.read()
+            if sample is not None:
+                self._samples.append(sample)
             if self._stop.wait(self.period_s):
                 return
 
