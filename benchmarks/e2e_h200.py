@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from e2e_attention import IMPLS, PEERS, host_seconds, make_attention  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402  (standard library only)
+from flashmask_paddle.bench.gpu_clock import ClockSampler, current_cuda_reader  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------
@@ -439,9 +440,10 @@ def burn_in(torch, model, init_state, impl, batches, steps):
 
 
 def run_config(torch, config: Config, plan: RunPlan, impls, short_lengths, device, dtype, scale,
-               deadline, log, save):
+               deadline, log, save, clock_read=None):
     """Every attention on one configuration, then ours against its best peer head to head;
-    `save(result)` after each, so a run cut off by a time limit keeps what it measured."""
+    `save(result)` after each, so a run cut off by a time limit keeps what it measured.
+    `clock_read` (gpu_clock.current_cuda_reader): the GPU's clock and power over each one's timed steps."""
     shape = config.shape
     batches = make_batches(torch, config, plan, short_lengths, device, dtype, scale)
     rows = batches[0]["seg_id"].shape[0]
@@ -475,7 +477,8 @@ def run_config(torch, config: Config, plan: RunPlan, impls, short_lengths, devic
             model.attention = impl
             reset_peak(torch)
             bar = progress_bar(f"{config.name} {impl.name}", plan.warmup + plan.steps)
-            times, loss0 = train_steps(torch, model, opt, batches, plan.warmup, plan.steps, bar)
+            with ClockSampler(clock_read) as clock:
+                times, loss0 = train_steps(torch, model, opt, batches, plan.warmup, plan.steps, bar)
             step = statistics.median(times)
             entry = result["impls"][impl.name] = {
                 "step_s": step, "step_s_all": times, "tokens_per_s": real / step,
@@ -485,6 +488,8 @@ def run_config(torch, config: Config, plan: RunPlan, impls, short_lengths, devic
                 "peak_mem_bytes": peak_memory(torch), "first_loss": loss0, "attn_out_rel_err_vs_first": rel,
                 "output_matches": rel <= OUTPUT_REL_TOL,
             }
+            if clock.result is not None:
+                entry.update(clock.result.fields("step"))
             if rel > OUTPUT_REL_TOL:
                 log(f"  {config.name}: {impl.name} attention output differs from {mine[0].name}'s (rel err {rel:.1e} > "
                     f"{OUTPUT_REL_TOL}): left out of the best-peer choice")
@@ -821,6 +826,8 @@ def main(argv=None) -> int:
     def log(msg):
         print(f"[{time.monotonic() - t_start:6.1f}s] {msg}", flush=True)
 
+    clock_read = current_cuda_reader(torch)
+
     results, scale_rows = [], []
 
     def save(partial=None) -> dict:
@@ -841,7 +848,7 @@ def main(argv=None) -> int:
                 f"per step, {config.shape.heads}/{config.shape.kv_heads} heads, {config.shape.layers} layers, "
                 f"{config.docs} documents")
             results.append(run_config(torch, config, plan, impls, short_lengths, device, dtype, scale, deadline,
-                                      log, save))
+                                      log, save, clock_read))
             save()
     if args.scale != "off" and time.monotonic() < deadline:
         seqlens = args.scale_seqlens or ([4096, 8192] if args.smoke else list(SCALE_ROWS))

@@ -56,7 +56,7 @@ if str(REPO) not in sys.path:
 
 from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402
-from flashmask_paddle.bench.gpu_clock import ClockSampler, nvml_reader  # noqa: E402
+from flashmask_paddle.bench.gpu_clock import ClockSampler, current_cuda_reader  # noqa: E402
 
 MASKS = ("causal", "sliding_window", "causal_document", "document", "share_question",
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
@@ -738,8 +738,7 @@ def main(argv=None) -> int:
         print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
         return 2
     if not SMOKE:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        CLOCK_READ = nvml_reader(f"GPU-{props.uuid}" if hasattr(props, "uuid") else None)
+        CLOCK_READ = current_cuda_reader(torch)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     if SMOKE:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
         dtypes = {name: torch.float32 for name in dtypes}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import pytest
 
-from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, nvml_reader
+from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, current_cuda_reader, nvml_reader
 
 
 def test_samples_are_averaged_into_named_fields():
@@ -46,3 +47,8 @@ def test_without_nvml_there_is_no_reader_and_no_result():
     with ClockSampler(read) as sampler:
         pass
     assert sampler.result is None
+
+
+def test_no_reader_for_a_torch_without_cuda():
+    no_cuda = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
+    assert current_cuda_reader(no_cuda) is None

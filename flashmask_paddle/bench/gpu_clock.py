@@ -15,7 +15,7 @@ import ctypes
 import threading
 from typing import Callable
 
-__all__ = ["ClockSample", "ClockSampler", "nvml_reader"]
+__all__ = ["ClockSample", "ClockSampler", "current_cuda_reader", "nvml_reader"]
 
 PERIOD_S = 0.02
 _NVML_CLOCK_SM = 1  # nvmlClockType_t
@@ -61,6 +61,14 @@ def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float] | None
         return float(mhz.value), milliwatts.value / 1000.0
 
     return read
+
+
+def current_cuda_reader(torch) -> Callable[[], tuple[float, float] | None] | None:
+    """nvml_reader of torch's current CUDA device (its UUID from torch), None without CUDA or NVML."""
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return nvml_reader(f"GPU-{props.uuid}" if hasattr(props, "uuid") else None)
 
 
 class ClockSampler:
