@@ -488,8 +488,7 @@ def run_config(torch, config: Config, plan: RunPlan, impls, short_lengths, devic
                 "peak_mem_bytes": peak_memory(torch), "first_loss": loss0, "attn_out_rel_err_vs_first": rel,
                 "output_matches": rel <= OUTPUT_REL_TOL,
             }
-            if clock.result is not None:
-                entry.update(clock.result.fields("step"))
+            entry.update(clock.fields("step"))
             if rel > OUTPUT_REL_TOL:
                 log(f"  {config.name}: {impl.name} attention output differs from {mine[0].name}'s (rel err {rel:.1e} > "
                     f"{OUTPUT_REL_TOL}): left out of the best-peer choice")

@@ -537,8 +537,7 @@ def measure(torch, impl, case, warmup, reps, row):
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     with torch.no_grad(), ClockSampler(CLOCK_READ) as clock:
         row["fwd_ms"] = round(time_ms(torch, fwd, warmup, reps), 4)
-    if clock.result is not None:
-        row.update(clock.result.fields("fwd"))
+    row.update(clock.fields("fwd"))
     with torch.no_grad():
         if KERNEL_TIME:
             row["fwd_kernel_ms"] = round(kernel_ms(torch, fwd, reps), 4)
@@ -560,8 +559,7 @@ def measure(torch, impl, case, warmup, reps, row):
         row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
         with ClockSampler(CLOCK_READ) as clock:
             row["bwd_ms"] = round(time_ms(torch, bwd, warmup, reps), 4)
-        if clock.result is not None:
-            row.update(clock.result.fields("bwd"))
+        row.update(clock.fields("bwd"))
         if KERNEL_TIME:
             row["bwd_kernel_ms"] = round(kernel_ms(torch, bwd, reps), 4)
     except Exception as e:

@@ -38,6 +38,7 @@ def test_sampler_reads_at_the_start_and_then_periodically_until_the_block_ends()
     assert len(threads) == 1 and threading.get_ident() not in threads  # on a thread of its own
     assert sampler.result.count == n - 1
     assert sampler.result.sm_mhz == pytest.approx((1980.0 + 1700.0 * (n - 2)) / (n - 1))
+    assert sampler.fields("fwd") == sampler.result.fields("fwd")
 
 
 def test_without_nvml_there_is_no_reader_and_no_result():
@@ -47,6 +48,7 @@ def test_without_nvml_there_is_no_reader_and_no_result():
     with ClockSampler(read) as sampler:
         pass
     assert sampler.result is None
+    assert sampler.fields("fwd") == {}
 
 
 def test_no_reader_for_a_torch_without_cuda():

@@ -100,3 +100,7 @@ class ClockSampler:
             self._thread.join()
             self.result = ClockSample.of(self._samples)
         return False
+
+    def fields(self, prefix: str) -> dict:
+        """The result's fields named after `prefix` (ClockSample.fields), none without a result."""
+        return self.result.fields(prefix) if self.result is not None else {}
