@@ -19,8 +19,8 @@ the timed warm-up brings the clocks back up after the GPU idled, e.g. through a 
 H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our time includes the mask preprocessing (it runs
 inside every call). --kernel-time adds each call's summed kernel time from torch.profiler (GPU work
 only: a call whose host side launches slower than its kernels run reads faster there). Each timing
-also records the GPU's mean SM clock and power draw over its warm-up and timed calls
-(fwd_sm_mhz, fwd_power_w, bwd_...; NVML read every 20 ms): at the power limit the clock
+also records the GPU's mean SM clock and power draw over its warm-up and timed calls, and what
+held the clock down (fwd_sm_mhz, fwd_power_w, fwd_clock_limits, bwd_...; NVML read every 20 ms): at the power limit the clock
 drops, so a kernel's energy per FLOP shows in its time. FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
 comes from `create_block_mask` over a mask_mod that looks the column bounds up in tensors (the
 same dense rule as flashmask_paddle.reference), built once per mask outside the timing and
@@ -631,7 +631,8 @@ def table(rows) -> str:
                              for p in ("fwd", "bwd"))
         note = r.get("error") or r.get("skipped") or ""
         if r.get("fwd_sm_mhz") or r.get("bwd_sm_mhz"):
-            note = f"{r.get('fwd_sm_mhz', '-')}/{r.get('bwd_sm_mhz', '-')} MHz {note}"
+            limits = sorted({r.get(f"{p}_clock_limits") for p in ("fwd", "bwd")} - {None, "none"})
+            note = f"{r.get('fwd_sm_mhz', '-')}/{r.get('bwd_sm_mhz', '-')} MHz{' ' + ','.join(limits) if limits else ''} {note}"
         if r.get("fwd_kernel_tflops") or r.get("bwd_kernel_tflops"):
             note = f"kernel TF {f('fwd_kernel_tflops', '.1f')}/{f('bwd_kernel_tflops', '.1f')} {note}"
         if is_ours(r["impl"]) and ref:

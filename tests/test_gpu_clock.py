@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, current_cuda_reader, nvml_reader
+from flashmask_paddle.bench.gpu_clock import CLOCK_LIMITS, ClockSample, ClockSampler, current_cuda_reader, nvml_reader
 
 
 def test_samples_are_averaged_into_named_fields():
@@ -16,8 +16,21 @@ def test_samples_are_averaged_into_named_fields():
     assert sample.count == 2
     assert sample.sm_mhz == pytest.approx(1740.0)
     assert sample.power_w == pytest.approx(626.2)
-    assert sample.fields("bwd") == {"bwd_sm_mhz": 1740, "bwd_power_w": 626.2}
+    assert sample.fields("bwd") == {"bwd_sm_mhz": 1740, "bwd_power_w": 626.2}  # no reasons read: no limits
     assert ClockSample.of([]) is None
+
+
+def test_clock_limits_are_the_reasons_of_at_least_half_the_samples():
+    power_cap = next(bit for bit, name in CLOCK_LIMITS.items() if name == "sw_power_cap")
+    thermal = next(bit for bit, name in CLOCK_LIMITS.items() if name == "hw_thermal")
+    idle = 0x1  # not a limit: left out even where every sample has it
+    samples = [(1700.0, 690.0, power_cap | idle), (1710.0, 688.0, power_cap | thermal | idle),
+               (1980.0, 300.0, idle), (1720.0, 695.0, None)]  # None: a read without the reasons
+    sample = ClockSample.of(samples)
+    assert sample.count == 4
+    assert sample.limits == ["sw_power_cap"]  # 2 of the 3 read; hw_thermal 1 of 3
+    assert sample.fields("fwd")["fwd_clock_limits"] == "sw_power_cap"
+    assert ClockSample.of([(1980.0, 300.0, idle)]).fields("fwd")["fwd_clock_limits"] == "none"
 
 
 def test_sampler_reads_at_the_start_and_then_periodically_until_the_block_ends():

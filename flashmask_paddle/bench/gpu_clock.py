@@ -3,7 +3,9 @@
 Kernels that keep an H200 busy run at its power limit, where it lowers the clock; a kernel that
 spends more energy per FLOP (instructions, shared memory and DRAM traffic) then runs at a lower
 clock than another doing the same work. The kernel benchmark records each timing's mean clock and
-power so that a table can tell a slower kernel from a slower clock.
+power, and what held the clock down (NVML's clock event reasons, e.g. ``sw_power_cap``), so that a
+table can tell a slower kernel from a slower clock. Power is NVML's instantaneous reading where the
+driver has it: the default one averages over about a second, longer than a timed loop.
 
 Standard library only (ctypes over the driver's ``libnvidia-ml.so.1``; the H200 scripts import it
 beside torch). Where NVML is missing or refuses, the sampler yields nothing and the benchmark
@@ -15,33 +17,66 @@ import ctypes
 import threading
 from typing import Callable
 
-__all__ = ["ClockSample", "ClockSampler", "current_cuda_reader", "nvml_reader"]
+__all__ = ["CLOCK_LIMITS", "ClockSample", "ClockSampler", "current_cuda_reader", "nvml_reader"]
 
 PERIOD_S = 0.02
 _NVML_CLOCK_SM = 1  # nvmlClockType_t
+_NVML_FI_DEV_POWER_INSTANT = 186  # nvmlFieldValue_t field id (mW)
+# nvmlClocksEventReasons bits, and the names a table shows; GPU idle is left out (a sample between
+# two launches is not a limit).
+CLOCK_LIMITS = {0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+                0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clock",
+                0x200: "board_limit"}
+
+
+class _Value(ctypes.Union):
+    _fields_ = [("d", ctypes.c_double), ("ui", ctypes.c_uint), ("ul", ctypes.c_ulong),
+                ("ull", ctypes.c_ulonglong), ("sll", ctypes.c_longlong), ("si", ctypes.c_int), ("us", ctypes.c_ushort)]
+
+
+class _FieldValue(ctypes.Structure):  # nvmlFieldValue_t
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
+                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                ("value", _Value)]
+
+
+def _field_number(field: _FieldValue) -> float:
+    """The value of a read field by its nvmlValueType_t (0 double, 1 uint, 2 ulong, 3 ulonglong,
+    4 longlong, 5 int, 6 ushort)."""
+    name = {0: "d", 1: "ui", 2: "ul", 3: "ull", 4: "sll", 5: "si", 6: "us"}.get(field.valueType, "ui")
+    return float(getattr(field.value, name))
 
 
 class ClockSample:
-    """Mean SM clock (MHz) and power draw (W) over the samples of one window, and their count."""
+    """Mean SM clock (MHz) and power draw (W) over the samples of one window, their count, and the
+    clock limits (CLOCK_LIMITS names) active in at least half of them (None: not read)."""
 
-    def __init__(self, sm_mhz: float, power_w: float, count: int):
-        self.sm_mhz, self.power_w, self.count = sm_mhz, power_w, count
+    def __init__(self, sm_mhz: float, power_w: float, count: int, limits: list[str] | None = None):
+        self.sm_mhz, self.power_w, self.count, self.limits = sm_mhz, power_w, count, limits
 
     @classmethod
     def of(cls, samples) -> ClockSample | None:
+        """From (MHz, W) or (MHz, W, reason bits or None) samples."""
         if not samples:
             return None
-        return cls(sum(s[0] for s in samples) / len(samples), sum(s[1] for s in samples) / len(samples),
-                   len(samples))
+        n = len(samples)
+        bits = [s[2] for s in samples if len(s) > 2 and s[2] is not None]
+        limits = None
+        if bits:
+            limits = [name for bit, name in CLOCK_LIMITS.items() if 2 * sum(1 for b in bits if b & bit) >= len(bits)]
+        return cls(sum(s[0] for s in samples) / n, sum(s[1] for s in samples) / n, n, limits)
 
     def fields(self, prefix: str) -> dict:
-        return {f"{prefix}_sm_mhz": round(self.sm_mhz), f"{prefix}_power_w": round(self.power_w, 1)}
+        out = {f"{prefix}_sm_mhz": round(self.sm_mhz), f"{prefix}_power_w": round(self.power_w, 1)}
+        if self.limits is not None:
+            out[f"{prefix}_clock_limits"] = "+".join(self.limits) or "none"
+        return out
 
 
-def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float] | None] | None:
-    """A function returning the GPU's (SM clock MHz, power W) now (None when NVML refuses that
-    read), or None without NVML. The GPU is named by its UUID ("GPU-..."), as
-    CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise."""
+def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float, int | None] | None] | None:
+    """A function returning the GPU's (SM clock MHz, power W, clock event reason bits or None) now
+    (None when NVML refuses the clock or power read), or None without NVML. The GPU is named by its
+    UUID ("GPU-..."), as CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -52,13 +87,27 @@ def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float] | None
     found = gpu_uuid is not None and lib.nvmlDeviceGetHandleByUUID(gpu_uuid.encode(), ctypes.byref(handle)) == 0
     if not found and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
         return None
-    mhz, milliwatts = ctypes.c_uint(), ctypes.c_uint()
+    mhz, milliwatts, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+    field = _FieldValue(fieldId=_NVML_FI_DEV_POWER_INSTANT)
+    reasons_of = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
 
-    def read() -> tuple[float, float] | None:
-        if (lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz)) != 0
-                or lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(milliwatts)) != 0):
+    def power_w() -> float | None:
+        field.nvmlReturn = 1
+        if lib.nvmlDeviceGetFieldValues(handle, 1, ctypes.byref(field)) == 0 and field.nvmlReturn == 0:
+            return _field_number(field) / 1000.0
+        if lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(milliwatts)) == 0:
+            return milliwatts.value / 1000.0
+        return None
+
+    def read() -> tuple[float, float, int | None] | None:
+        if lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz)) != 0:
             return None
-        return float(mhz.value), milliwatts.value / 1000.0
+        watts = power_w()
+        if watts is None:
+            return None
+        bits = reasons.value if reasons_of is not None and reasons_of(handle, ctypes.byref(reasons)) == 0 else None
+        return float(mhz.value), watts, bits
 
     return read
 
