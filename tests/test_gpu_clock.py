@@ -12,7 +12,7 @@ from flashmask_paddle.bench.gpu_clock import CLOCK_LIMITS, ClockSample, ClockSam
 
 
 def test_samples_are_averaged_into_named_fields():
-    sample = ClockSample.of([(1755.0, 612.3), (1725.0, 640.1)])
+    sample = ClockSample.of([(1755.0, 612.3, None), (1725.0, 640.1, None)])
     assert sample.count == 2
     assert sample.sm_mhz == pytest.approx(1740.0)
     assert sample.power_w == pytest.approx(626.2)
@@ -34,7 +34,7 @@ def test_clock_limits_are_the_reasons_of_at_least_half_the_samples():
 
 
 def test_sampler_reads_at_the_start_and_then_periodically_until_the_block_ends():
-    values = iter([(1980.0, 150.0), None] + [(1700.0, 690.0)] * 10_000)  # None: a refused read
+    values = iter([(1980.0, 150.0, None), None] + [(1700.0, 690.0, None)] * 10_000)  # None: a refused read
     calls, threads = [], set()
 
     def read():

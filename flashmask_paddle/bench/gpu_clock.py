@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Callable
+from typing import Callable, Optional, Tuple  # aliases below: Python 3.9 has no X | None at run time
 
 __all__ = ["CLOCK_LIMITS", "ClockSample", "ClockSampler", "current_cuda_reader", "nvml_reader"]
 
 PERIOD_S = 0.02
 _NVML_CLOCK_SM = 1  # nvmlClockType_t
 _NVML_FI_DEV_POWER_INSTANT = 186  # nvmlFieldValue_t field id (mW)
+# A sample: (SM clock MHz, power W, nvmlClocksEventReasons bits or None where not read).
+Sample = Tuple[float, float, Optional[int]]
+Reader = Callable[[], Optional[Sample]]
 # nvmlClocksEventReasons bits, and the names a table shows; GPU idle is left out (a sample between
 # two launches is not a limit).
 CLOCK_LIMITS = {0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
@@ -40,11 +43,13 @@ class _FieldValue(ctypes.Structure):  # nvmlFieldValue_t
                 ("value", _Value)]
 
 
+# _Value's member for each nvmlValueType_t (0 double, 1 uint, 2 ulong, 3 ulonglong, 4 longlong, 5 int,
+# 6 ushort).
+_VALUE_MEMBERS = {0: "d", 1: "ui", 2: "ul", 3: "ull", 4: "sll", 5: "si", 6: "us"}
+
+
 def _field_number(field: _FieldValue) -> float:
-    """The value of a read field by its nvmlValueType_t (0 double, 1 uint, 2 ulong, 3 ulonglong,
-    4 longlong, 5 int, 6 ushort)."""
-    name = {0: "d", 1: "ui", 2: "ul", 3: "ull", 4: "sll", 5: "si", 6: "us"}.get(field.valueType, "ui")
-    return float(getattr(field.value, name))
+    return float(getattr(field.value, _VALUE_MEMBERS.get(field.valueType, "ui")))
 
 
 class ClockSample:
@@ -56,11 +61,10 @@ class ClockSample:
 
     @classmethod
     def of(cls, samples) -> ClockSample | None:
-        """From (MHz, W) or (MHz, W, reason bits or None) samples."""
         if not samples:
             return None
         n = len(samples)
-        bits = [s[2] for s in samples if len(s) > 2 and s[2] is not None]
+        bits = [s[2] for s in samples if s[2] is not None]
         limits = None
         if bits:
             limits = [name for bit, name in CLOCK_LIMITS.items() if 2 * sum(1 for b in bits if b & bit) >= len(bits)]
@@ -73,9 +77,9 @@ class ClockSample:
         return out
 
 
-def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float, int | None] | None] | None:
-    """A function returning the GPU's (SM clock MHz, power W, clock event reason bits or None) now
-    (None when NVML refuses the clock or power read), or None without NVML. The GPU is named by its
+def nvml_reader(gpu_uuid: str | None) -> Reader | None:
+    """A function returning the GPU's Sample now (None when NVML refuses the clock or power read),
+    or None without NVML. The GPU is named by its
     UUID ("GPU-..."), as CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
@@ -100,7 +104,7 @@ def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float, int | 
             return milliwatts.value / 1000.0
         return None
 
-    def read() -> tuple[float, float, int | None] | None:
+    def read() -> Sample | None:
         if lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz)) != 0:
             return None
         watts = power_w()
@@ -112,7 +116,7 @@ def nvml_reader(gpu_uuid: str | None) -> Callable[[], tuple[float, float, int | 
     return read
 
 
-def current_cuda_reader(torch) -> Callable[[], tuple[float, float] | None] | None:
+def current_cuda_reader(torch) -> Reader | None:
     """nvml_reader of torch's current CUDA device (its UUID from torch), None without CUDA or NVML."""
     if not torch.cuda.is_available():
         return None
@@ -125,7 +129,7 @@ class ClockSampler:
     PERIOD_S on a thread of its own while it runs; ``s.result`` is then the ClockSample of the
     reads that returned a value, or None (no NVML, no such read)."""
 
-    def __init__(self, read: Callable[[], tuple[float, float] | None] | None, period_s: float = PERIOD_S):
+    def __init__(self, read: Reader | None, period_s: float = PERIOD_S):
         self.read, self.period_s, self.result = read, period_s, None
         self._samples, self._stop, self._thread = [], threading.Event(), None
 
