@@ -46,6 +46,7 @@ __device__ __forceinline__ void apply_element_mask(TS& scores, TC const& coords,
 // Running max / sum of kRows rows. Scores are raw (unscaled) logits; p = 2^(s * scale_log2 - m').
 template <int kRows, int kChains>
 struct OnlineSoftmax {
+  static_assert(kChains > 0 && (kChains & (kChains - 1)) == 0, "combine() pairs the chains: a power of two");
   float row_max[kRows];
   float row_sum[kRows];  // this thread's partial sums; reduced over the quad at the end
   float scale_log2;
