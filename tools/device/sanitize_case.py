@@ -42,6 +42,10 @@ def cases():
     dead[..., 0], dead[..., 1] = 30, 100  # rows [30, 100) see nothing
     yield Case(batch=1, seqlen_q=150, seqlen_k=150, heads_q=2, heads_k=2, head_dim=128, dtype="bf16",
                causal=False, indices=dead, seed=99)
+    # D = 64 over three 128-row steps and three key blocks: the backward's dS exchange buffers and
+    # dQ staging reused step after step.
+    yield Case(batch=1, seqlen_q=300, seqlen_k=270, heads_q=4, heads_k=2, head_dim=64, dtype="fp16",
+               causal=False, indices=random_bounds(rng, FORMS[4], 1, 2, 300, 270), seed=160)
     # Eight query heads per K/V head: packed into the forward's tile rows (16 positions per tile).
     yield Case(batch=2, seqlen_q=101, seqlen_k=90, heads_q=16, heads_k=2, head_dim=128, dtype="bf16", causal=True,
                indices=random_bounds(rng, (True, 2), 2, 2, 101, 90), seed=150)

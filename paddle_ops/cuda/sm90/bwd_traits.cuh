@@ -11,16 +11,16 @@
 //   dK_w += dS^T Q[:, cols_w]   (RS)
 //   dQ[:, dq_cols_w] += dS[:, dq_keys_w] K[dq_keys_w, dq_cols_w]   (SS: dS from shared memory)
 // where warpgroup w owns keys_w x cols_w of dK and dV. P and dS never leave registers for dV/dK.
-//  - D <= 128: kBlockN = 128 keys, keys_w = [64w, 64w + 64), cols_w = all D.
-//    D = 64: dQ over the warpgroup's own keys and all columns (dq_keys_w = keys_w, dq_cols_w = D):
-//    each warpgroup reads only its own dS, so the warpgroups never wait on each other, and adds
-//    its partial (64 x D) to the workspace. D = 128 (kDsExchange): dQ over all 128 keys and half of
-//    the columns, so dS is exchanged through shared memory (a barrier of both warpgroups per step)
-//    but each step adds 64 x 128 fp32 to the workspace once, not twice. Measured on the H200
-//    (DESIGN_backward.md): private dQ partials gain 7-9% at D=64 and lose 2-6% at D=128 on dense rows.
-//    dQ leaves through shared memory by one bulk reduce-add per warpgroup and step.
+//  - D <= 128: kBlockN = 128 keys, keys_w = [64w, 64w + 64), cols_w = all D. dQ over all 128 keys
+//    and half of the columns (kDsExchange): dS is exchanged through shared memory (a barrier of
+//    both warpgroups per step) and each step adds kBlockM x D fp32 to the workspace once. Private
+//    partials (dQ over the warpgroup's own keys and all columns, no barrier, each added to the
+//    workspace) lost 2-6% at D = 128 and, since D = 64 runs 128-row steps, 3-5% there (their
+//    two reduce-adds per step draw more power: the same work per clock at a lower clock under the
+//    power cap; DESIGN_backward.md). dQ leaves through shared memory by one bulk reduce-add per
+//    warpgroup and step.
 //    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32;
-//    at D=64 (128-row steps): dK, dV 32 + 32, S^T and dP^T 64 + 64, dQ 64.
+//    at D=64 (128-row steps): dK, dV 32 + 32, S^T and dP^T 64 + 64, dQ 32.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
 //    kBlockN = 64 keys shared by both warpgroups and cols_w = dq_cols_w = [128w, 128w + 128). Each
 //    computes the whole S^T and dP^T (K = 256) itself: 7 GEMM units per step instead of 5, but no
@@ -60,12 +60,12 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
-  static constexpr bool kDsExchange = kHeadDim == 128;  // dQ over both warpgroups' keys (above)
+  static constexpr bool kDsExchange = !kSplitHeadDim;  // dQ over both warpgroups' keys (above)
   // dS goes to shared memory before dV is issued, so its stores drain while the dV wgmma issues and
   // the fence before the dS barrier finds them done (cuDNN-frontend's order): bwd TFLOP/s +2-3% on
   // 32K causal, document and sliding window at D = 128, 8K within noise; at D = 64 (128-row steps)
   // it cost 15% on 8K causal document, so there (and at D = 256, not measured) dS follows the dV issue.
-  static constexpr bool kDsBeforeDv = kDsExchange;
+  static constexpr bool kDsBeforeDv = kHeadDim == 128;
   static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
   // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256 every warp
   // walks the sequence itself: handing them over there cost 4-7% (H200, bf16, 8K, bwd TFLOP/s:
