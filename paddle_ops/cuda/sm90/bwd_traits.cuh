@@ -15,10 +15,9 @@
 //    and half of the columns (kDsExchange): dS is exchanged through shared memory (a barrier of
 //    both warpgroups per step) and each step adds kBlockM x D fp32 to the workspace once. Private
 //    partials (dQ over the warpgroup's own keys and all columns, no barrier, each added to the
-//    workspace) lost 2-6% at D = 128 and, since D = 64 runs 128-row steps, 3-5% there (their
-//    two reduce-adds per step draw more power: the same work per clock at a lower clock under the
-//    power cap; DESIGN_backward.md). dQ leaves through shared memory by one bulk reduce-add per
-//    warpgroup and step.
+//    workspace) lost 2-6% at D = 128 and, since D = 64 runs 128-row steps, 2-7% there: under the
+//    700 W cap their second reduce-add per step cost 3-7% of clock (DESIGN_backward.md). dQ
+//    leaves through shared memory by one bulk reduce-add per warpgroup and step.
 //    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32;
 //    at D=64 (128-row steps): dK, dV 32 + 32, S^T and dP^T 64 + 64, dQ 32.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
@@ -64,7 +63,8 @@ struct BwdTraits {
   // dS goes to shared memory before dV is issued, so its stores drain while the dV wgmma issues and
   // the fence before the dS barrier finds them done (cuDNN-frontend's order): bwd TFLOP/s +2-3% on
   // 32K causal, document and sliding window at D = 128, 8K within noise; at D = 64 (128-row steps)
-  // it cost 15% on 8K causal document, so there (and at D = 256, not measured) dS follows the dV issue.
+  // it lost 4-5% on 8K causal document and share question for 3-6% on causal, so there (and at
+  // D = 256, not measured) dS follows the dV issue.
   static constexpr bool kDsBeforeDv = kHeadDim == 128;
   static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
   // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256 every warp
@@ -83,7 +83,7 @@ struct BwdTraits {
   static constexpr bool kCanWriteDqUnderDk = kDqViaSmem && kDqChunks == 1;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // One CTA per SM (194 KB of smem at D=128, 130 KB at 64, 226 KB at 256). A 64-key,
+  // One CTA per SM (194 KB of smem at D=128, 195 KB at 64, 226 KB at 256). A 64-key,
   // one-warpgroup variant with two CTAs per SM was slower on every mask measured (DESIGN_backward.md).
   static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
