@@ -9,7 +9,7 @@ namespace sm90 {
 
 // Both consumer warpgroups (256 threads).
 constexpr uint32_t kBarrierDkdvStaged = 0;  // the other warpgroup's wgmmas retired / dK, dV staged
-constexpr uint32_t kBarrierDsReady = 1;     // dS of both warpgroups is in shared memory (D = 128)
+constexpr uint32_t kBarrierDsReady = 1;     // dS of both warpgroups is in shared memory (D <= 128)
 // One consumer warpgroup (128 threads): its stores to shared memory (its dS, its dQ) are done.
 constexpr uint32_t kBarrierWarpgroup = 2;   // + w
 // A consumer warpgroup and its dQ writer warp (128 + 32 threads).

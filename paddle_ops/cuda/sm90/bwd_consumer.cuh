@@ -67,10 +67,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
-  // This warpgroup's keys and dK / dV columns, and the keys and columns of its dQ part.
+  // This warpgroup's keys and dK / dV columns (its dQ part: slice wg of the columns, every key).
   const int key_slice = kSplitHeadDim ? 0 : wg, col_slice = kSplitHeadDim ? wg : 0;
-  const int dq_key_slice = Traits::kDsExchange ? 0 : key_slice;
-  const int dq_col_slice = dq_col_slice_of<Traits>(wg);
   Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   const auto cols_w = Shape<Int<kWGCols>, Int<kBlockM>, Int<Traits::kStages>>{};
@@ -83,9 +81,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOtw);
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQtw);
-  Tensor sdSw = local_tile(sdS, Shape<Int<kBlockM>, Int<Traits::kWGDqKeys>, Int<Traits::kDsBuffers>>{},
-                           make_coord(_0{}, dq_key_slice, _0{}));
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdSw);  // (MMA, MMA_M, MMA_K, buffer)
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffer)
   // (key, query) of each S^T / dP^T accumulator value, tile-local.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
@@ -234,8 +230,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       if constexpr (kDqUnderDk) {
         // dQ = dS K, then dK: once dV and dQ retire, dQ goes to shared memory, from where the dQ
         // writer warp (bwd_dq_writer.cuh) adds it to the workspace, while the dK wgmma still runs.
-        Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<Traits::kWGDqKeys>>{},
-                                 make_coord(dq_col_slice, dq_key_slice));
+        Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(wg, _0{}));
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
         wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
                                                             thr_dq.partition_fragment_B(sKtc), acc_dq);
@@ -253,13 +248,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       } else {
         // D = 256: no shared memory left for dQ, float4 atomics from registers.
         static_assert(!Traits::kDqViaSmem, "one dQ chunk through shared memory always goes under dK");
-        float* dq_tile = dq_workspace_tile<Traits>(p, ws, b, head_q, m, dq_col_slice);
+        float* dq_tile = dq_workspace_tile<Traits>(p, ws, b, head_q, m, wg);
         // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < Traits::kDqChunks; ++c) {
-          const int chunk = dq_col_slice * Traits::kDqChunks + c;
-          Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<Traits::kWGDqKeys>>{},
-                                   make_coord(chunk, dq_key_slice));
+          const int chunk = wg * Traits::kDqChunks + c;
+          Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
           Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
           wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
                                                              thr_dq.partition_fragment_B(sKtc), acc_dq);

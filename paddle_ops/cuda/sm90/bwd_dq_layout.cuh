@@ -21,20 +21,14 @@ __device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
   return chunk * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
 }
 
-// Which column slice of dQ (kWGDqCols columns) consumer warpgroup w adds: its half of the columns
-// where the warpgroups exchange dS or split the head dim, all of them where each adds its own keys'.
-template <class Traits>
-__device__ __forceinline__ int dq_col_slice_of(int wg) {
-  return Traits::kDsExchange ? wg : (Traits::kSplitHeadDim ? wg : 0);
-}
-
-// The accumulator tile of query block m of head head_q, from column slice `dq_col_slice` on.
+// The accumulator tile of query block m of head head_q, from the column slice (kWGDqCols columns)
+// of consumer warpgroup `wg` on.
 template <class Traits>
 __device__ __forceinline__ float* dq_workspace_tile(const BwdParams& p, const bwd::Workspace& ws, int b,
-                                                    int head_q, int m, int dq_col_slice) {
+                                                    int head_q, int m, int wg) {
   return ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * Traits::kBlockM) *
                            Traits::kHeadDim +
-         dq_col_slice * Traits::kBlockM * Traits::kWGDqCols;
+         wg * Traits::kBlockM * Traits::kWGDqCols;
 }
 
 }  // namespace sm90

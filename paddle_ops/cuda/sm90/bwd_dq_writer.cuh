@@ -39,7 +39,7 @@ __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, type
         cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqEmpty + w);
         cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqFull + w);
         if (leader) {
-          bulk_reduce_add_s2g(dq_workspace_tile<Traits>(kp.p, kp.ws, b, head_q, m, dq_col_slice_of<Traits>(w)),
+          bulk_reduce_add_s2g(dq_workspace_tile<Traits>(kp.p, kp.ws, b, head_q, m, w),
                               dq_buffer<Traits>(smem, w), kBytes);
           cute::tma_store_arrive();
         }

@@ -9,15 +9,16 @@
 //   P^T  = exp2(S^T * scale_log2 - LSE)  dS^T = P^T (dP^T - D)  (registers, fp32)
 //   dV_w += P^T dO[:, cols_w]   (RS: P^T from registers, dO^T an MN-major view of the dO tile)
 //   dK_w += dS^T Q[:, cols_w]   (RS)
-//   dQ[:, dq_cols_w] += dS[:, dq_keys_w] K[dq_keys_w, dq_cols_w]   (SS: dS from shared memory)
-// where warpgroup w owns keys_w x cols_w of dK and dV. P and dS never leave registers for dV/dK.
+//   dQ[:, dq_cols_w] += dS K[:, dq_cols_w]   (SS: dS of all kBlockN keys from shared memory)
+// where warpgroup w owns keys_w x cols_w of dK and dV and dq_cols_w = [w D / 2, (w + 1) D / 2) of dQ.
+// P and dS never leave registers for dV/dK.
 //  - D <= 128: kBlockN = 128 keys, keys_w = [64w, 64w + 64), cols_w = all D. dQ over all 128 keys
-//    and half of the columns (kDsExchange): dS is exchanged through shared memory (a barrier of
-//    both warpgroups per step) and each step adds kBlockM x D fp32 to the workspace once. Private
+//    needs the other warpgroup's dS (kDsExchange): dS is exchanged through shared memory (a barrier
+//    of both warpgroups per step) and each step adds kBlockM x D fp32 to the workspace once. Private
 //    partials (dQ over the warpgroup's own keys and all columns, no barrier, each added to the
 //    workspace) lost 2-6% at D = 128 and, since D = 64 runs 128-row steps, 2-7% there: under the
-//    700 W cap their second reduce-add per step cost 3-7% of clock (DESIGN_backward.md). dQ
-//    leaves through shared memory by one bulk reduce-add per warpgroup and step.
+//    700 W cap their second reduce-add per step cost 3-7% of clock (DESIGN_backward.md). dQ leaves
+//    through shared memory by one bulk reduce-add per warpgroup and step.
 //    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32;
 //    at D=64 (128-row steps): dK, dV 32 + 32, S^T and dP^T 64 + 64, dQ 32.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
@@ -59,7 +60,7 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
-  static constexpr bool kDsExchange = !kSplitHeadDim;  // dQ over both warpgroups' keys (above)
+  static constexpr bool kDsExchange = !kSplitHeadDim;  // keys_w differ: dQ needs both dS (above)
   // dS goes to shared memory before dV is issued, so its stores drain while the dV wgmma issues and
   // the fence before the dS barrier finds them done (cuDNN-frontend's order): bwd TFLOP/s +2-3% on
   // 32K causal, document and sliding window at D = 128, 8K within noise; at D = 64 (128-row steps)
@@ -72,9 +73,9 @@ struct BwdTraits {
   // causal 337 -> 313, share question 218 -> 205), for a classification its 7-GEMM steps dwarf.
   static constexpr bool kTilesFromProducer = !kSplitHeadDim;
   static constexpr int kStages = kStages_;
-  // dQ[:, dq_cols_w] in column chunks of kDqCols (the wgmma N), kDqChunks per warpgroup.
-  static constexpr int kWGDqCols = kDsExchange ? kHeadDim / kConsumerWGs : kWGCols;
-  static constexpr int kWGDqKeys = kDsExchange ? kBlockN : kWGKeys;
+  // dQ[:, dq_cols_w] over all kBlockN keys, in column chunks of kDqCols (the wgmma N), kDqChunks
+  // per warpgroup.
+  static constexpr int kWGDqCols = kHeadDim / kConsumerWGs;
   static constexpr int kDqCols = kWGDqCols < 64 ? kWGDqCols : 64;
   static constexpr int kDqChunks = kWGDqCols / kDqCols;
   static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
@@ -95,7 +96,7 @@ struct BwdTraits {
   // Per consumer warpgroup.
   using TileShapeSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T = K_w Q^T
   using TileShapedKV = Shape<Int<kWGKeys>, Int<kWGCols>, Int<kBlockM>>;   // dV_w += P^T dO[:, cols_w]
-  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kWGDqKeys>>;  // a dQ chunk
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;  // a dQ chunk
   using OneWG = Layout<Shape<_1, _1, _1>>;
 
   using TiledMmaSdP = decltype(make_tiled_mma(
