@@ -111,13 +111,15 @@ __device__ __forceinline__ void load_row_tile(const cute::TmaDescriptor* map, ui
   }
 }
 
-// Stores `smem` into the row tile (the calling thread's bulk group: tma_store_arrive commits it).
-template <int kBlockM, int kHeadDim, typename Element>
+// Stores the map's box of rows from `smem` (its first row inside a tile of kStageRows rows laid out
+// as load_row_tile writes them) at position pos0 (the calling thread's bulk group:
+// tma_store_arrive commits it).
+template <int kStageRows, int kHeadDim, typename Element>
 __device__ __forceinline__ void store_row_tile(const cute::TmaDescriptor* map, const Element* smem, int32_t pos0,
                                                int32_t group, int32_t b) {
   CUTLASS_PRAGMA_UNROLL
   for (int c = 0; c < kHeadDim / kRowTileChunk; ++c) {
-    cute::SM90_TMA_STORE_5D::copy(map, smem + c * kBlockM * kRowTileChunk, c * kRowTileChunk, 0, pos0, group, b);
+    cute::SM90_TMA_STORE_5D::copy(map, smem + c * kStageRows * kRowTileChunk, c * kRowTileChunk, 0, pos0, group, b);
   }
 }
 

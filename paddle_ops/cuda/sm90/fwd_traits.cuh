@@ -50,6 +50,7 @@ struct FwdTraits {
 
   // Warpgroup 0 produces (TMA, one thread), warpgroups 1..kConsumerWGs consume (wgmma + softmax).
   static constexpr int kConsumerWGs = kBlockM / 64;
+  static constexpr int kWGRows = kBlockM / kConsumerWGs;  // the rows of one consumer warpgroup
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // CTAs per SM and setmaxnreg budgets (per thread, producer / consumer):
