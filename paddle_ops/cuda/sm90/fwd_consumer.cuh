@@ -57,13 +57,13 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
   const int32_t num_tiles = fwd_num_tiles(kp);
   cutlass::PipelineState<2> read_t;
   // A tile's output leaves through its Q stage (fwd_epilogue.cuh). Persistent CTAs return that
-  // stage to the Q ring after the epilogue; the thread of each warpgroup that issued its TMA store
+  // stage to the Q ring after the epilogue; the thread of each store that issued its TMA copy
   // arrives only once the store has read it, at the next tile's first wgmma wait (by then long
   // done), so that nobody waits for it.
   typename Traits::PipelineStateQ stored_q;
   bool store_pending = false;
   auto release_stored_q = [&]() {
-    if (Traits::kPersistent && store_pending && issues_o_store(tidx)) {
+    if (Traits::kPersistent && store_pending && issues_o_store<Traits>(tidx)) {
       cute::tma_store_wait<0>();
       pipeline_q.consumer_release(stored_q);
     }
@@ -159,13 +159,13 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     softmax.finish(acc_o, p.softmax_scale, lse);
     store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head, tile.b, tidx);
     if constexpr (Traits::kPersistent) {
-      if (!issues_o_store(tidx)) pipeline_q.consumer_release(read_q);
+      if (!issues_o_store<Traits>(tidx)) pipeline_q.consumer_release(read_q);
       stored_q = read_q;
       store_pending = true;
     }
     ++read_q;
   }
-  if (Traits::kPersistent && store_pending && issues_o_store(tidx)) {
+  if (Traits::kPersistent && store_pending && issues_o_store<Traits>(tidx)) {
     cute::tma_store_wait<0>();  // the CTA's shared memory must outlive the last store's read
   }
 }

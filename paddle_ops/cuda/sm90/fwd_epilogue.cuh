@@ -3,14 +3,14 @@
 //
 // O goes through the tile's own Q stage in shared memory (stmatrix; same shape and swizzle, and
 // free: every QK wgmma of the tile has retired) and leaves by row-tile TMA stores (copy.cuh), which
-// drop positions past Sq: one per consumer warpgroup, of its own 64 rows, behind a barrier of its
-// own. A one-tile CTA waits for the stores' reads before it exits; a persistent CTA hands the stage
-// back to its Q ring only once both stores have read it (fwd_consumer.cuh), so that no thread waits.
-// One store for the whole tile behind a barrier of both warpgroups made the warpgroup that finished
-// first wait for the other at every tile end: H200, bf16 D = 128, processes alternating, fwd
-// TFLOP/s one store -> one per warpgroup: 8K causal document 410 / 418 -> 427 / 427, share question
-// 338 / 348 -> 354 / 370, 32K share question 510 / 521 -> 529 / 534, others level to +2%
-// (benchmarks/results/kernel_h200_fwd_wg_epilogue_ab.json).
+// drop positions past Sq. A one-tile CTA stores the whole tile and waits for the store's read before
+// it exits. In a persistent CTA each consumer warpgroup stores its own 64 rows behind a barrier of
+// its own, and the CTA hands the stage back to its Q ring only once both stores have read it
+// (fwd_consumer.cuh), so that no thread waits. One store per tile behind a barrier of both
+// warpgroups made the warpgroup that finished first wait for the other at every tile end: H200,
+// bf16 D = 128, processes alternating, fwd TFLOP/s one store -> one per warpgroup: 8K causal
+// document 410 / 418 -> 427 / 427, share question 338 / 348 -> 354 / 370, 32K share question
+// 510 / 521 -> 529 / 534, others level to +2% (benchmarks/results/kernel_h200_fwd_wg_epilogue_ab.json).
 // Register stores from persistent CTAs (pairs of adjacent columns, as before) were LSU-bound: H200,
 // bf16 D = 128, one process, fwd TFLOP/s registers -> TMA (tile order of fwd_tile_order.cuh on):
 // 32K causal document 427 -> 446, document 481 -> 506, share question 434 -> 443, short documents
@@ -29,12 +29,23 @@
 namespace flashmask {
 namespace sm90 {
 
-// Named barriers kBarrierOStored + w: every thread of consumer warpgroup w has its part of O in
-// shared memory.
+// Named barriers kBarrierOStored + s: every consumer thread of store s (FwdTraits::kOStoreRows
+// rows of the tile) has its part of O in shared memory.
 constexpr uint32_t kBarrierOStored = 1;
 
-// The thread of each consumer warpgroup that issues its rows' TMA store (and later waits for it).
-__device__ __forceinline__ bool issues_o_store(int tidx) { return tidx % 128 == 0; }
+// Which store consumer thread tidx writes its rows of O with. Where one store takes the whole tile
+// both helpers are written so that the compiler sees store 0 and thread 0 (it cannot tell that
+// tidx < kConsumerThreads).
+template <class Traits>
+__device__ __forceinline__ int o_store_of(int tidx) {
+  return Traits::kOStoreThreads == Traits::kConsumerThreads ? 0 : tidx / Traits::kOStoreThreads;
+}
+
+// The thread that issues its store's TMA copy (and later waits for it).
+template <class Traits>
+__device__ __forceinline__ bool issues_o_store(int tidx) {
+  return Traits::kOStoreThreads == Traits::kConsumerThreads ? tidx == 0 : tidx % Traits::kOStoreThreads == 0;
+}
 
 // sQ: the Q ring (kBlockM, kHeadDim, kQStages); q_stage: this tile's stage; head: the tile's
 // query head, or its GQA group where heads are packed (FwdKernelParams::pack_shift).
@@ -54,16 +65,15 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
   auto thr_r2s = r2s.get_thread_slice(tidx);
   cute::copy(r2s, thr_r2s.retile_S(o16), thr_r2s.partition_D(sQ(_, _, q_stage)));
   cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
-  // Each warpgroup stores its own rows behind a barrier of its own, so that the first to finish a
-  // tile goes on to the next without waiting for the other.
-  const int wg = tidx / 128;
-  cutlass::arch::NamedBarrier::sync(128, kBarrierOStored + wg);
+  const int store = o_store_of<Traits>(tidx);
+  cutlass::arch::NamedBarrier::sync(Traits::kOStoreThreads, kBarrierOStored + store);
   const int32_t pos0 = tile_first_position(m_block, Traits::kBlockM, kp.pack_shift);
-  if (issues_o_store(tidx)) {
+  if (issues_o_store<Traits>(tidx)) {
+    const int first_row = store * Traits::kOStoreRows;
     const Element* rows = raw_pointer_cast(sQ.data()) + q_stage * cosize_v<typename Traits::SmemLayoutQ> +
-                          wg * Traits::kWGRows * kRowTileChunk;
-    store_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.out_rows, rows,
-                                                      pos0 + ((wg * Traits::kWGRows) >> kp.pack_shift), head, b);
+                          first_row * kRowTileChunk;
+    store_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.out_rows, rows, pos0 + (first_row >> kp.pack_shift),
+                                                      head, b);
     cute::tma_store_arrive();
   }
   // Row r of the tile: position pos0 + r / pack of query head head * pack + r % pack.
@@ -76,7 +86,7 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
     if (pos < p.seqlen_q && tidx % 4 == 0) p.lse[(b * heads_q + head_q) * p.seqlen_q + pos] = lse[i];
   }
   if constexpr (!Traits::kPersistent) {
-    if (issues_o_store(tidx)) cute::tma_store_wait<0>();  // shared memory must outlive the store's read
+    if (issues_o_store<Traits>(tidx)) cute::tma_store_wait<0>();  // shared memory must outlive the store's read
   }
 }
 

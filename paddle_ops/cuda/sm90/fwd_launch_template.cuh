@@ -60,7 +60,7 @@ void launch_fwd(const FwdParams& p, int pack_shift, const FwdBlockLists& lists, 
   const int32_t pack = 1 << pack_shift;
   FwdKernelParams<Traits> kp{
       make_row_tile_map<Element>(p.q, p.seqlen_q, p.head_dim, p.heads_q, p.batch, pack, kBlockM),
-      make_row_tile_map<Element>(p.out, p.seqlen_q, p.head_dim_v, p.heads_q, p.batch, pack, Traits::kWGRows),
+      make_row_tile_map<Element>(p.out, p.seqlen_q, p.head_dim_v, p.heads_q, p.batch, pack, Traits::kOStoreRows),
       make_tma_load<Element>(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
                                select<1, 2>(TileShapeQK{})),
       make_tma_load<Element>(p.v, p.seqlen_k, p.head_dim_v, p.heads_k, p.batch, take<0, 2>(typename Traits::SmemLayoutKV{}),
