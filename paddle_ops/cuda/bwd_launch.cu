@@ -80,9 +80,8 @@ dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
 
 MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
   bwd::validate(params);
-  // Both paths summarise key blocks at the portable tile's block_n (the sm90 launcher checks that
-  // its kernels' key block is the same).
-  const int32_t block_n = bwd::tile_shape(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
+  // Both paths read the block bounds at the workspace grid's key block (bwd_tile_shape.h).
+  const int32_t block_n = bwd::workspace_grid(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
   return {align_up(block_bounds_bytes(params, block_n)),
           mask_plan_key(params, PlanDirection::kBackward, {block_n})};
 }
@@ -90,7 +89,7 @@ MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
 void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t stream) {
   bwd::validate(params);
   if (plan == nullptr) throw ArgError("flashmask build_bwd_plan_cuda: plan is null");
-  const int32_t block_n = bwd::tile_shape(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
+  const int32_t block_n = bwd::workspace_grid(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
   launch_block_bounds(params, block_n, static_cast<BlockBounds*>(plan), stream);
 }
 

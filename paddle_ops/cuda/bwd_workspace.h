@@ -1,11 +1,13 @@
 // Device workspace of the backward, carved from the one buffer the skin allocates
 // (bwd_workspace_bytes_cuda). Every region starts 256-byte aligned. Rows are padded to a multiple of
-// block_m so the kernels read LSE/D and add into dQ without edge checks.
+// every path's query tile and the block bounds are at the key block both paths use
+// (workspace_grid, bwd_tile_shape.h), so the kernels read LSE/D and add into dQ without edge checks.
 //
 //   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0)
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
 //   bounds    BlockBounds [slices, n_blocks] per key block min/max of the four column bounds, built
-//             by preprocess.cuh's launch_block_bounds (shared with the forward) at block_n: the
+//             by preprocess.cuh's launch_block_bounds (shared with the forward) at the grid's
+//             block_n: the
 //             backward's mask plan, here unless the call brings its own
 //   dq_accum  float [B, Hq, Sq_pad, Dk]  fp32 dQ over the kernel's Dk columns (cuda_kernel_head_dim;
 //             atomic mode only, absent when deterministic). Each
@@ -32,7 +34,7 @@ struct Workspace {
   const BlockBounds* bounds = nullptr;  // bounds[slices.index(p, b, head_q) * n_blocks + n_block]
   MaskSlices slices;
   float* dq_accum = nullptr;      // nullptr in deterministic mode
-  int32_t seqlen_q_pad = 0;       // Sq rounded up to block_m
+  int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple
   int32_t n_blocks = 0;           // ceil(Sk / block_n)
 };
 
@@ -42,9 +44,9 @@ inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 // `bounds_in_plan` the block bounds are left out (they come from the call's mask plan, launch.h).
 inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws, bool bounds_in_plan = false) {
   const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
-  const TileShape t = tile_shape(kernel_dim);
-  const int64_t sq_pad = (int64_t(p.seqlen_q) + t.block_m - 1) / t.block_m * t.block_m;
-  const int64_t n_blocks = (int64_t(p.seqlen_k) + t.block_n - 1) / t.block_n;
+  const WorkspaceGrid g = workspace_grid(kernel_dim);
+  const int64_t sq_pad = (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple;
+  const int64_t n_blocks = (int64_t(p.seqlen_k) + g.block_n - 1) / g.block_n;
   const int64_t rows = int64_t(p.batch) * p.heads_q * sq_pad;
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -58,7 +60,7 @@ inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws, boo
   w.lse_log2 = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.slices = MaskSlices::of(p);
-  if (!bounds_in_plan) w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, t.block_n)));
+  if (!bounds_in_plan) w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, g.block_n)));
   if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
   if (ws) *ws = w;
   return off;

@@ -38,10 +38,10 @@ bool bwd_sm90_selected(const BwdParams& p) {
 }
 
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
-  // The workspace is carved once for both paths (../bwd_workspace.h): rows padded to a multiple of
-  // the portable backward's query tile, which every sm90 shape's query tile divides (a static_assert
-  // in run_bwd_sm90_shape), and an fp32 dQ accumulator unless deterministic.
-  if (ws.seqlen_q_pad % bwd::tile_shape(sm90::kernel_head_dim(p)).block_m != 0 ||
+  // The workspace is carved once for both paths (../bwd_workspace.h): rows padded to the workspace
+  // grid's row multiple, which every sm90 shape's query tile divides (a static_assert in
+  // run_bwd_sm90_shape), and an fp32 dQ accumulator unless deterministic.
+  if (ws.seqlen_q_pad % bwd::workspace_grid(sm90::kernel_head_dim(p)).row_multiple != 0 ||
       (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);

@@ -22,9 +22,8 @@ void run_bwd_sm90_shape(const BwdParams& p, const bwd::Workspace& ws, cudaStream
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   // Row vectors and the dQ accumulator are read and written in whole kBlockM-row tiles; the
-  // workspace pads its rows to the portable backward's query tile (../bwd_workspace.h, checked by
-  // run_bwd_sm90).
-  static_assert(bwd::tile_shape(kHeadDim).block_m % Traits::kBlockM == 0,
+  // workspace pads its rows to the workspace grid (../bwd_tile_shape.h, checked by run_bwd_sm90).
+  static_assert(bwd::workspace_grid(kHeadDim).row_multiple % Traits::kBlockM == 0,
                 "the workspace's row padding must be a multiple of this shape's query tile");
   const auto q_layout = take<0, 2>(typename Traits::SmemLayoutQ{});
   const auto q_tile = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
@@ -64,10 +63,9 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
     return;
   }
   // Dropout (non-deterministic only: bwd_sm90_selected leaves deterministic dropout to the portable
-  // kernels) in 64-row steps at every head dim: at D = 64 its keep bits spilled 294 bytes at 128 rows,
-  // and causal document ran 115 -> 107 TFLOP/s (H200, bf16, 8K, p = 0.1).
+  // kernels) in steps of its own row count (../bwd_tile_shape.h).
   if (p.dropout_p > 0.f) {
-    run_bwd_sm90_shape<BwdTraits<Element, kHeadDim, 64>, true, true>(p, ws, stream);
+    run_bwd_sm90_shape<BwdTraits<Element, kHeadDim, bwd::sm90_dropout_rows_per_step>, true, true>(p, ws, stream);
     return;
   }
   run_bwd_sm90_shape<Traits, true, false>(p, ws, stream);

@@ -2,7 +2,7 @@
 // wgmma tiled MMAs and the TMA copy types, read by the producer, the consumers and the launcher.
 //
 // One CTA per (key block of kBlockN keys, head_k, batch): a producer warpgroup streams Q and dO
-// tiles of kBlockM query rows (bwd_default_rows; with their LSE and D = rowsum(dO * O) rows) through
+// tiles of kBlockM query rows (bwd::sm90_rows_per_step; with their LSE and D = rowsum(dO * O) rows) through
 // kStages-deep TMA rings to two consumer warpgroups. Every GEMM is a 64-row wgmma per warpgroup,
 // S and dP are computed transposed (keys as rows, "swapAB"):
 //   S^T  = K_w Q^T        (SS)           dP^T = V_w dO^T      (SS)
@@ -36,6 +36,7 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "../bwd_tile_shape.h"
 #include "bwd_tiles.cuh"
 #include "copy.cuh"
 
@@ -44,12 +45,9 @@ namespace sm90 {
 
 using namespace cute;
 
-// Query rows per step (the inner loop): 128 at D = 64, where a 64-row step's GEMMs are too small to
-// cover its fixed cost, 64 above (S^T, dP^T, dK, dV would not fit 240 registers at 128). The
-// dropout kernel keeps 64 rows at every D (bwd_launch_template.cuh).
-constexpr int bwd_default_rows(int head_dim) { return head_dim == 64 ? 128 : 64; }
-
-template <typename Element_, int kHeadDim_, int kBlockM_ = bwd_default_rows(kHeadDim_), int kStages_ = 2>
+// Query rows per step and keys per CTA: ../bwd_tile_shape.h, with the portable backward's and the
+// workspace grid both paths share.
+template <typename Element_, int kHeadDim_, int kBlockM_ = bwd::sm90_rows_per_step(kHeadDim_), int kStages_ = 2>
 struct BwdTraits {
   using Element = Element_;
   using ElementAccum = float;
@@ -59,6 +57,7 @@ struct BwdTraits {
   static constexpr int kWGKeys = 64;                      // the wgmma M of S^T, dP^T, dK, dV
   static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kSplitHeadDim ? kWGKeys : kWGKeys * kConsumerWGs;  // keys per CTA
+  static_assert(kBlockN == bwd::sm90_keys_per_cta(kHeadDim), "keys per CTA as ../bwd_tile_shape.h has them");
   static constexpr int kWGCols = kSplitHeadDim ? kHeadDim / kConsumerWGs : kHeadDim;  // of dK, dV
   static constexpr bool kDsExchange = !kSplitHeadDim;  // keys_w differ: dQ needs both dS (above)
   // dS goes to shared memory before dV is issued, so its stores drain while the dV wgmma issues and
