@@ -53,6 +53,12 @@ void validate_tensors(const BwdParams& p) {
   for (int i = 0; i < 8; ++i) require_vector_rows(*views[i], names[i]);
 }
 
+// The backward's mask plan is its block bounds, read by both paths at the workspace grid's key block
+// (bwd_tile_shape.h).
+int32_t plan_block_n(const BwdParams& p) {
+  return workspace_grid(cuda_kernel_head_dim(p.head_dim, p.head_dim_v)).block_n;
+}
+
 }  // namespace
 
 // Four groups: at 32K (16 slices) the global + sliding window tail stays gone (every group's long
@@ -80,8 +86,7 @@ dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
 
 MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
   bwd::validate(params);
-  // Both paths read the block bounds at the workspace grid's key block (bwd_tile_shape.h).
-  const int32_t block_n = bwd::workspace_grid(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
+  const int32_t block_n = bwd::plan_block_n(params);
   return {align_up(block_bounds_bytes(params, block_n)),
           mask_plan_key(params, PlanDirection::kBackward, {block_n})};
 }
@@ -89,8 +94,7 @@ MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
 void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t stream) {
   bwd::validate(params);
   if (plan == nullptr) throw ArgError("flashmask build_bwd_plan_cuda: plan is null");
-  const int32_t block_n = bwd::workspace_grid(cuda_kernel_head_dim(params.head_dim, params.head_dim_v)).block_n;
-  launch_block_bounds(params, block_n, static_cast<BlockBounds*>(plan), stream);
+  launch_block_bounds(params, bwd::plan_block_n(params), static_cast<BlockBounds*>(plan), stream);
 }
 
 size_t bwd_workspace_bytes_cuda(const BwdParams& params, bool with_plan) {

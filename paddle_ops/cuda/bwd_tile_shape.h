@@ -44,9 +44,9 @@ struct WorkspaceGrid {
 };
 
 constexpr WorkspaceGrid workspace_grid(int head_dim) {
-  return {tile_shape(head_dim).block_m > sm90_rows_per_step(head_dim) ? tile_shape(head_dim).block_m
-                                                                      : sm90_rows_per_step(head_dim),
-          tile_shape(head_dim).block_n};
+  const TileShape portable = tile_shape(head_dim);
+  const int sm90_rows = sm90_rows_per_step(head_dim);
+  return {portable.block_m > sm90_rows ? portable.block_m : sm90_rows, portable.block_n};
 }
 
 constexpr bool workspace_grid_serves_every_path(int head_dim) {
