@@ -153,9 +153,8 @@ void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream
   const Sm90FwdPlan plan(t, base);
   launch_partial_offsets(lists, t.tiles, const_cast<int32_t*>(plan.payload.partial_offsets), stream,
                          const_cast<int32_t*>(plan.payload.slot_lists), plan.payload.capacity);
-  // Index masks: longest lists first (fwd_tile_order.cuh). Without indices the natural order is
-  // already that (causal: each head's last query blocks first) or every list is the same.
-  if (p.mask_form.has_indices()) sm90::launch_fwd_tile_order(t.tiles, lists, plan.order, stream);
+  // Longest lists first where they differ (fwd_tile_order.cuh).
+  if (sm90::fwd_sorts_tiles(p, t.pack_shift)) sm90::launch_fwd_tile_order(t.tiles, lists, plan.order, stream);
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "build_fwd_sm90_plan", [&](auto e, auto d) {
     sm90::launch_fwd_mask_payload<decltype(e), decltype(d)::value>(p, lists, block_m, t.pack_shift, plan.payload,
                                                                    stream);
@@ -166,7 +165,7 @@ void run_fwd_sm90(const FwdParams& p, int block_m, const void* base, void* scrat
   const Sm90FwdTiling t(p, block_m);
   const Sm90FwdPlan plan(t, base);
   if (plan.lists.num_m_blocks == 0) return;
-  const int32_t* order = p.mask_form.has_indices() ? plan.order : nullptr;
+  const int32_t* order = sm90::fwd_sorts_tiles(p, t.pack_shift) ? plan.order : nullptr;
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_fwd_sm90", [&](auto e, auto d) {
     sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, plan.lists, block_m, t.pack_shift,
                                                                static_cast<int32_t*>(scratch), plan.payload,
