@@ -153,7 +153,7 @@ void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream
   const Sm90FwdPlan plan(t, base);
   launch_partial_offsets(lists, t.tiles, const_cast<int32_t*>(plan.payload.partial_offsets), stream,
                          const_cast<int32_t*>(plan.payload.slot_lists), plan.payload.capacity);
-  // Longest lists first where they differ (fwd_tile_order.cuh).
+  // Longest lists first where that shortens the tail (fwd_sorts_tiles, fwd_tile_order.cuh).
   if (sm90::fwd_sorts_tiles(p, t.pack_shift)) sm90::launch_fwd_tile_order(t.tiles, lists, plan.order, stream);
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "build_fwd_sm90_plan", [&](auto e, auto d) {
     sm90::launch_fwd_mask_payload<decltype(e), decltype(d)::value>(p, lists, block_m, t.pack_shift, plan.payload,

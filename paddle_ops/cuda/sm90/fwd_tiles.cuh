@@ -1,6 +1,7 @@
 // The work units of the sm90 forward and who runs them. One tile = (query block, query head,
 // batch), numbered so that each head's longest lists come first (causal: the last query blocks);
-// under index and causal masks they run in the longest-first order of fwd_tile_order.cuh instead.
+// where fwd_sorts_tiles says so (index masks, causal rows without packed GQA heads) they run in the
+// longest-first order of fwd_tile_order.cuh instead.
 // - One tile per CTA (grid = tiles): CTA t runs tile t; the hardware hands out CTAs as SMs free up.
 // - Persistent (Traits::kPersistent; grid = CTAs per SM x SMs): CTA c runs tile c, then claims
 //   gridDim.x + atomicAdd(tile_counter, 1) until it gets one >= the tile count, so that CTAs whose
