@@ -2,7 +2,7 @@
 // columns (all of them, or its half of the head dim at D = 256: bwd_traits.cuh) and, per visited
 // tile, computes S^T and dP^T (SS wgmma), P^T and dS^T in fp32 registers (element mask on partial
 // tiles only), accumulates dV and dK with P^T / dS^T straight from registers (RS wgmma), and, once
-// the dS it needs is in shared memory, computes its part of dQ = dS K and adds it to the fp32
+// the dS it needs is in shared memory, computes its chunks of dQ = dS K and adds them to the fp32
 // workspace (one bulk reduce-add from shared memory, or float4 atomics at D = 256). dK, dV leave at
 // the end, once per CTA (bwd_epilogue.cuh).
 #pragma once
@@ -67,7 +67,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});
-  // This warpgroup's keys and dK / dV columns (its dQ part: slice wg of the columns, every key).
+  // This warpgroup's keys and dK / dV columns (its dQ chunks: bwd_traits.cuh).
   const int key_slice = kSplitHeadDim ? 0 : wg, col_slice = kSplitHeadDim ? wg : 0;
   Tensor sKw = local_tile(sK, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kWGKeys>, Int<kD>>{}, make_coord(key_slice, _0{}));
@@ -81,7 +81,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOtw);
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQtw);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffer)
   // (key, query) of each S^T / dP^T accumulator value, tile-local.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
@@ -115,6 +114,17 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // samples sat on the float4 atomics' registers at the top of the next step). Else float4 atomics
   // in the same layout.
   float* sdq = dq_buffer<Traits>(smem, wg);
+  // dQ chunk `chunk` = dS[chunk rows, all keys] K[all keys, chunk columns] from dS buffer ds_slot;
+  // then waits until at most kWait wgmma batches are in flight (kWait < 0: no wait).
+  auto issue_dq = [&](int chunk, int ds_slot, auto& acc_dq, auto kWait) {
+    Tensor sdSc = local_tile(sdS, Shape<Int<Traits::kDqRows>, Int<kBlockN>, Int<Traits::kDsBuffers>>{},
+                             make_coord(dq_chunk_row0<Traits>(chunk) / Traits::kDqRows, _0{}, _0{}));
+    Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{},
+                             make_coord(dq_chunk_col0<Traits>(chunk) / Traits::kDqCols, _0{}));
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdSc);  // (MMA, MMA_M, MMA_K, buffer)
+    wgmma</*zero*/ true, decltype(kWait)::value, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
+                                                                   thr_dq.partition_fragment_B(sKtc), acc_dq);
+  };
   auto add_dq = [&](float* dst, int c, auto const& acc_dq) {
     static_assert(decltype(size(acc_dq))::value % 4 == 0);
     CUTLASS_PRAGMA_UNROLL
@@ -230,10 +240,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       if constexpr (kDqUnderDk) {
         // dQ = dS K, then dK: once dV and dQ retire, dQ goes to shared memory, from where the dQ
         // writer warp (bwd_dq_writer.cuh) adds it to the workspace, while the dK wgmma still runs.
-        Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(wg, _0{}));
-        Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
-        wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
-                                                            thr_dq.partition_fragment_B(sKtc), acc_dq);
+        Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<Traits::kDqRows>, Int<Traits::kDqCols>>{});
+        issue_dq(wg, ds_slot, acc_dq, Int<-1>{});
         wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
         warpgroup_wait<1>();
         warpgroup_fence_operand(acc_dq);
@@ -253,10 +261,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < Traits::kDqChunks; ++c) {
           const int chunk = wg * Traits::kDqChunks + c;
-          Tensor sKtc = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(chunk, _0{}));
-          Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
-          wgmma</*zero*/ true, /*wait*/ 0, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
-                                                             thr_dq.partition_fragment_B(sKtc), acc_dq);
+          Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<Traits::kDqRows>, Int<Traits::kDqCols>>{});
+          issue_dq(chunk, ds_slot, acc_dq, Int<0>{});
           if (c == 0) {  // that wait retired every wgmma reading this Q / dO stage
             pipeline_q.consumer_release(read);
             pipeline_do.consumer_release(read);

@@ -1,5 +1,5 @@
 // dQ = softmax_scale * dq_accum cast to the output dtype and strides: the sm90 backward's last step.
-// Each 64-row dq_accum tile holds kDqChunksTotal column chunks in thread order (dq_accum_offset,
+// Each dq_accum tile of kBlockM rows holds kDqChunksTotal chunks in thread order (dq_accum_offset,
 // bwd_dq_layout.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's partition
 // to find each value's (row, column), stages the cast tile in shared memory and writes whole rows
 // with 16-byte stores. One CTA per (query block, head_q, batch).
@@ -27,14 +27,15 @@ __global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_k
 
   typename Traits::TiledMmadQ mma;
   Tensor coord = mma.get_thread_slice(tidx).partition_C(
-      make_identity_tensor(Shape<Int<kBlockM>, Int<Traits::kDqCols>>{}));
+      make_identity_tensor(Shape<Int<Traits::kDqRows>, Int<Traits::kDqCols>>{}));
   CUTE_UNROLL
   for (int i = 0; i < size(coord); i += 4) {
     const float4 f = *reinterpret_cast<const float4*>(tile + dq_accum_offset<Traits>(chunk, tidx, i));
     const float v[4] = {f.x, f.y, f.z, f.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; ++j) {
-      const int r = get<0>(coord(i + j)), c = chunk * Traits::kDqCols + get<1>(coord(i + j));
+      const int r = dq_chunk_row0<Traits>(chunk) + get<0>(coord(i + j));
+      const int c = dq_chunk_col0<Traits>(chunk) + get<1>(coord(i + j));
       tile_s[r * kPitch + c] = Element(v[j] * p.softmax_scale);
     }
   }

@@ -12,23 +12,32 @@
 namespace flashmask {
 namespace sm90 {
 
-// Where value i of consumer thread tidx's accumulator of dQ column chunk `chunk` lies in the
+// Where value i of consumer thread tidx's accumulator of dQ chunk `chunk` lies in the
 // accumulator tile of its query block (and in its shared-memory image): each chunk is a contiguous
 // span, in thread order (4 consecutive floats per thread), so a warp's float4 stores cover 512
 // contiguous bytes and a warpgroup's chunk is one bulk reduce.
 template <class Traits>
 __device__ __forceinline__ int dq_accum_offset(int chunk, int tidx, int i) {
-  return chunk * Traits::kBlockM * Traits::kDqCols + ((i / 4) * 128 + tidx) * 4 + i % 4;
+  return chunk * Traits::kDqChunkElems + ((i / 4) * 128 + tidx) * 4 + i % 4;
 }
 
-// The accumulator tile of query block m of head head_q, from the column slice (kWGDqCols columns)
-// of consumer warpgroup `wg` on.
+// The accumulator tile of query block m of head head_q, from consumer warpgroup `wg`'s chunks on.
 template <class Traits>
 __device__ __forceinline__ float* dq_workspace_tile(const BwdParams& p, const bwd::Workspace& ws, int b,
                                                     int head_q, int m, int wg) {
   return ws.dq_accum + ((int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * Traits::kBlockM) *
                            Traits::kHeadDim +
-         wg * Traits::kBlockM * Traits::kWGDqCols;
+         wg * Traits::kDqChunks * Traits::kDqChunkElems;
+}
+
+// The first row and column of dQ chunk `chunk` in its query block's kBlockM x D tile.
+template <class Traits>
+__host__ __device__ constexpr int dq_chunk_row0(int chunk) {
+  return Traits::kBlockM == Traits::kDqRows ? 0 : chunk / Traits::kDqColChunks * Traits::kDqRows;
+}
+template <class Traits>
+__host__ __device__ constexpr int dq_chunk_col0(int chunk) {
+  return Traits::kDqColChunks == 1 ? 0 : chunk % Traits::kDqColChunks * Traits::kDqCols;
 }
 
 }  // namespace sm90

@@ -19,7 +19,7 @@ namespace sm90 {
 
 template <class Traits>
 __device__ __forceinline__ float* dq_buffer(typename Traits::SharedStorage& smem, int wg) {
-  return smem.dq.data() + wg * Traits::kBlockM * Traits::kWGDqCols;
+  return smem.dq.data() + wg * Traits::kDqChunks * Traits::kDqChunkElems;
 }
 
 // One writer warp per consumer warpgroup w: bulk groups complete in issue order per thread, so a
@@ -28,7 +28,7 @@ __device__ __forceinline__ float* dq_buffer(typename Traits::SharedStorage& smem
 template <class Traits>
 __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& smem,
                                          int32_t n_block, int32_t head_k, int32_t b, int w) {
-  constexpr uint32_t kBytes = Traits::kBlockM * Traits::kWGDqCols * sizeof(float);
+  constexpr uint32_t kBytes = Traits::kDqChunks * Traits::kDqChunkElems * sizeof(float);
   const bool leader = threadIdx.x % 32 == 0;
   bool first = true;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(

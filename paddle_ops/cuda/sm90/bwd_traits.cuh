@@ -9,8 +9,10 @@
 //   P^T  = exp2(S^T * scale_log2 - LSE)  dS^T = P^T (dP^T - D)  (registers, fp32)
 //   dV_w += P^T dO[:, cols_w]   (RS: P^T from registers, dO^T an MN-major view of the dO tile)
 //   dK_w += dS^T Q[:, cols_w]   (RS)
-//   dQ[:, dq_cols_w] += dS K[:, dq_cols_w]   (SS: dS of all kBlockN keys from shared memory)
-// where warpgroup w owns keys_w x cols_w of dK and dV and dq_cols_w = [w D / 2, (w + 1) D / 2) of dQ.
+//   dQ[dq_rows_w, dq_cols_w] += dS[dq_rows_w, :] K[:, dq_cols_w]   (SS: dS of all kBlockN keys from
+//                                                                     shared memory)
+// where warpgroup w owns keys_w x cols_w of dK and dV and half of dQ's kBlockM x D tile in 64 x 64
+// chunks: its 64 rows at D = 64 (128-row steps), its D / 2 columns above.
 // P and dS never leave registers for dV/dK.
 //  - D <= 128: kBlockN = 128 keys, keys_w = [64w, 64w + 64), cols_w = all D. dQ over all 128 keys
 //    needs the other warpgroup's dS (kDsExchange): dS is exchanged through shared memory (a barrier
@@ -72,12 +74,20 @@ struct BwdTraits {
   // causal 337 -> 313, share question 218 -> 205), for a classification its 7-GEMM steps dwarf.
   static constexpr bool kTilesFromProducer = !kSplitHeadDim;
   static constexpr int kStages = kStages_;
-  // dQ[:, dq_cols_w] over all kBlockN keys, in column chunks of kDqCols (the wgmma N), kDqChunks
-  // per warpgroup.
-  static constexpr int kWGDqCols = kHeadDim / kConsumerWGs;
-  static constexpr int kDqCols = kWGDqCols < 64 ? kWGDqCols : 64;
-  static constexpr int kDqChunks = kWGDqCols / kDqCols;
-  static constexpr int kDqChunksTotal = kHeadDim / kDqCols;
+  // dQ over all kBlockN keys, in chunks of kDqRows x kDqCols (the wgmma M x N), kDqChunks per
+  // warpgroup: chunk c covers rows (c / kDqColChunks) * kDqRows and columns (c % kDqColChunks) *
+  // kDqCols on. Where a step has 64 rows per warpgroup (D = 64) the warpgroups split the rows, so each
+  // chunk is one m64n64 GEMM reading its 64 rows of dS: split by columns instead, each warpgroup ran
+  // two m64n32 GEMMs over all 128 rows of dS, which read 1.5x the shared-memory bytes per FLOP that
+  // the tensor cores can take. Else they split the columns.
+  static constexpr int kDqRows = 64;
+  static constexpr int kDqCols = cute::min(64, kHeadDim * (kBlockM / kDqRows) / kConsumerWGs);
+  static constexpr int kDqColChunks = kHeadDim / kDqCols;
+  static constexpr int kDqChunksTotal = kBlockM / kDqRows * kDqColChunks;
+  static constexpr int kDqChunks = kDqChunksTotal / kConsumerWGs;
+  static constexpr int kDqChunkElems = kDqRows * kDqCols;
+  static_assert(kBlockM % kDqRows == 0 && kDqChunks * kConsumerWGs == kDqChunksTotal,
+                "dQ chunks split evenly between the warpgroups");
   // One dQ chunk per warpgroup through shared memory (D <= 128): dQ can be issued before dK and
   // leave through the dQ writer warp while dK runs (bwd_consumer.cuh, bwd_dq_writer.cuh).
   static constexpr bool kCanWriteDqUnderDk = kDqViaSmem && kDqChunks == 1;
@@ -95,7 +105,7 @@ struct BwdTraits {
   // Per consumer warpgroup.
   using TileShapeSdP = Shape<Int<kWGKeys>, Int<kBlockM>, Int<kHeadDim>>;  // S^T = K_w Q^T
   using TileShapedKV = Shape<Int<kWGKeys>, Int<kWGCols>, Int<kBlockM>>;   // dV_w += P^T dO[:, cols_w]
-  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;  // a dQ chunk
+  using TileShapedQ = Shape<Int<kDqRows>, Int<kDqCols>, Int<kBlockN>>;  // a dQ chunk
   using OneWG = Layout<Shape<_1, _1, _1>>;
 
   using TiledMmaSdP = decltype(make_tiled_mma(
@@ -160,7 +170,7 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
     // Each warpgroup's dQ partial of one step in the dq_accum tile's layout, bulk-reduced into
     // global memory.
-    cute::array_aligned<float, kDqViaSmem ? kConsumerWGs * kBlockM * kWGDqCols : 4, 128> dq;
+    cute::array_aligned<float, kDqViaSmem ? kDqChunksTotal * kDqChunkElems : 4, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
     cute::array_aligned<BwdTile, kStages, 16> tiles;             // rides on the Q stage (kTilesFromProducer)
