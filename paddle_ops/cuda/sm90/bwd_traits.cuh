@@ -11,8 +11,8 @@
 //   dK_w += dS^T Q[:, cols_w]   (RS)
 //   dQ[dq_rows_w, dq_cols_w] += dS[dq_rows_w, :] K[:, dq_cols_w]   (SS: dS of all kBlockN keys from
 //                                                                     shared memory)
-// where warpgroup w owns keys_w x cols_w of dK and dV and half of dQ's kBlockM x D tile in 64 x 64
-// chunks: its 64 rows at D = 64 (128-row steps), its D / 2 columns above.
+// where warpgroup w owns keys_w x cols_w of dK and dV and half of dQ's kBlockM x D tile: its 64 rows
+// in 128-row steps (D = 64), else its half of the columns (kDqRows, kDqCols below).
 // P and dS never leave registers for dV/dK.
 //  - D <= 128: kBlockN = 128 keys, keys_w = [64w, 64w + 64), cols_w = all D. dQ over all 128 keys
 //    needs the other warpgroup's dS (kDsExchange): dS is exchanged through shared memory (a barrier
@@ -76,10 +76,10 @@ struct BwdTraits {
   static constexpr int kStages = kStages_;
   // dQ over all kBlockN keys, in chunks of kDqRows x kDqCols (the wgmma M x N), kDqChunks per
   // warpgroup: chunk c covers rows (c / kDqColChunks) * kDqRows and columns (c % kDqColChunks) *
-  // kDqCols on. Where a step has 64 rows per warpgroup (D = 64) the warpgroups split the rows, so each
-  // chunk is one m64n64 GEMM reading its 64 rows of dS: split by columns instead, each warpgroup ran
-  // two m64n32 GEMMs over all 128 rows of dS, which read 1.5x the shared-memory bytes per FLOP that
-  // the tensor cores can take. Else they split the columns.
+  // kDqCols on. 128-row steps (D = 64) split the rows between the warpgroups, each chunk one m64n64
+  // GEMM over its 64 rows of dS; split by columns, each warpgroup ran two m64n32 GEMMs over all 128
+  // rows, whose operands need 1.5x the shared-memory bandwidth the tensor cores' rate allows
+  // (bwd TFLOP/s +3-5% by rows, kernel_h200_bwd_dq_rows_ab.json). 64-row steps split the columns.
   static constexpr int kDqRows = 64;
   static constexpr int kDqCols = cute::min(64, kHeadDim * (kBlockM / kDqRows) / kConsumerWGs);
   static constexpr int kDqColChunks = kHeadDim / kDqCols;
