@@ -12,6 +12,7 @@
 #include "flashmask/block.h"
 #include "flashmask/mask.h"
 #include "flashmask/params.h"
+#include "accumulator_view.cuh"
 #include "bwd_tile_range.cuh"
 #include "bwd_traits.cuh"
 #include "bwd_workspace.h"
@@ -161,14 +162,6 @@ __device__ __forceinline__ void dq_accum_add(float* tile, const Acc& acc, int ti
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i) atomicAdd(tile + dq_accum_index<kThreads>(i, tid), acc(i));
 #endif
-}
-
-// View of an sm80 MMA accumulator ((2,2), MMA_M, MMA_N) as (rows, cols): ((2, MMA_M), (2, MMA_N)).
-// The first value mode is the column pair, the second the row half (+8).
-template <typename Layout>
-__device__ __forceinline__ auto acc_rowcol(Layout l) {
-  static_assert(decltype(rank(l))::value == 3);
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
 }
 
 // In place: acc_s (S) becomes P = exp2(S * scale_log2 - lse_log2). kMask (partial tile or last key

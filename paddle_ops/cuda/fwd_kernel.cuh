@@ -4,7 +4,8 @@
 // (preprocess.cuh), so fully masked tiles cost nothing; the element mask (mask.h) runs only on
 // tiles flagged partial and on the tile that crosses Sk. K and V are loaded with cp.async so that
 // V's load overlaps S = Q K^T and the next K's load overlaps the softmax and O += P V.
-// Scores stay fp32; softmax is online with exp2 and the scale folded into one FFMA.
+// Scores stay fp32; the online softmax (online_softmax.cuh) and the element mask (element_mask.cuh)
+// are the Hopper forward's too.
 // Fully masked rows end with a zero row sum: out 0 and LSE -inf, never NaN.
 //
 // Included only by the per-head-dim instantiation files (fwd_hdim*.cu) to keep compile units lean.
@@ -20,8 +21,11 @@
 
 #include "flashmask/mask.h"
 #include "flashmask/params.h"
+#include "accumulator_view.cuh"
 #include "dropout_tile.cuh"
+#include "element_mask.cuh"
 #include "fwd_launch.h"
+#include "online_softmax.cuh"
 #include "preprocess.cuh"
 #include "tile_size.h"
 #include "utils.cuh"
@@ -80,13 +84,6 @@ struct FwdTraits {
 };
 
 // ---- layout helpers ------------------------------------------------------------------------------
-
-// MMA accumulator ((2,2), MMA_M, MMA_N) -> (rows = (2, MMA_M), cols = (2, MMA_N)).
-template <class Layout>
-__device__ __forceinline__ auto rowcol(Layout const& acc) {
-  auto l = logical_divide(acc, Shape<_2>{});
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
-}
 
 // MMA accumulator ((2,2), MMA_M, MMA_N) -> A operand of m16n8k16 ((2,2,2), MMA_M, MMA_N / 2):
 // the probabilities P feed the second GEMM straight from registers.
@@ -162,7 +159,7 @@ __device__ __forceinline__ void gemm_reg_smem(Acc& acc, RA const& rA, RB& rB, SB
   }
 }
 
-// ---- masking and softmax -------------------------------------------------------------------------
+// ---- the element mask's column bounds -----------------------------------------------------------
 
 // Stages the normalised bounds of key block n_block's columns (< Sk) in shared memory with 16-byte
 // cp.async, in the same group as that block's K, so that the element mask reads them from smem.
@@ -174,60 +171,6 @@ __device__ __forceinline__ void load_tile_bounds(ColumnBounds* s_bounds, const C
   for (int c = tid; c < n_cols; c += kNThreads)
     SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>::copy(*reinterpret_cast<const cute::uint128_t*>(src + c),
                                                      *reinterpret_cast<cute::uint128_t*>(s_bounds + c));
-}
-
-// Sets masked scores (mask.h's is_masked, plus columns past Sk) to -inf, without branches.
-// kHasBounds: the tile's normalised column bounds are in smem (`tile_bounds`); otherwise the
-// bounds are load_column_bounds' defaults for "no indices" (causal / Sk edge only).
-template <bool kHasBounds, class Scores, class Coords>
-__device__ __forceinline__ void apply_mask(Scores& scores, Coords const& coords, int row0, int col0,
-                                           const FwdParams& p, const ColumnBounds* tile_bounds,
-                                           int32_t causal_off) {
-  CUTE_UNROLL
-  for (int nj = 0; nj < size<1>(scores); ++nj) {
-    const int tile_col = get<1>(coords(0, nj));
-    const int col = col0 + tile_col;
-    const bool past_end = col >= p.seqlen_k;  // its smem record is stale: the result ignores it
-    ColumnBounds bounds{p.seqlen_q, p.seqlen_q, 0, 0};
-    if constexpr (kHasBounds) {
-      const int4 v = reinterpret_cast<const int4*>(tile_bounds)[tile_col];
-      bounds = ColumnBounds{v.x, v.y, v.z, v.w};
-    }
-    CUTE_UNROLL
-    for (int mi = 0; mi < size<0>(scores); ++mi) {
-      const bool masked =
-          past_end | is_masked(row0 + get<0>(coords(mi, nj)), col, bounds, p.causal, causal_off);
-      scores(mi, nj) = masked ? -INFINITY : scores(mi, nj);
-    }
-  }
-}
-
-// One online-softmax step: new row max (over the quad that shares a row), rescale of the running
-// sum and output, scores -> unnormalised probabilities. Row sums stay per-thread until the end.
-template <class Scores, class RowStat, class AccO>
-__device__ __forceinline__ void softmax_step(Scores& scores, RowStat& row_max, RowStat& row_sum,
-                                             AccO& acc_o, float scale_log2) {
-  CUTE_UNROLL
-  for (int mi = 0; mi < size<0>(scores); ++mi) {
-    float m = row_max(mi);
-    CUTE_UNROLL
-    for (int nj = 0; nj < size<1>(scores); ++nj) m = fmaxf(m, scores(mi, nj));
-    m = quad_max(m);
-    // A row with nothing visible yet keeps max -inf: use 0 so that exp2(-inf - 0) = 0, not NaN.
-    const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    const float correction = exp2_approx(row_max(mi) * scale_log2 - m_scaled);
-    row_max(mi) = m;
-    float sum = row_sum(mi) * correction;
-    CUTE_UNROLL
-    for (int dj = 0; dj < size<1>(acc_o); ++dj) acc_o(mi, dj) *= correction;
-    CUTE_UNROLL
-    for (int nj = 0; nj < size<1>(scores); ++nj) {
-      const float prob = exp2_approx(fmaf(scores(mi, nj), scale_log2, -m_scaled));
-      scores(mi, nj) = prob;
-      sum += prob;
-    }
-    row_sum(mi) = sum;
-  }
 }
 
 // ---- the kernel ----------------------------------------------------------------------------------
@@ -317,14 +260,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // (row, col) of every score this thread holds, in tile coordinates.
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-  Tensor score_coords = make_tensor(tScS.data(), rowcol(tScS.layout()));
+  Tensor score_coords = rowcol_view(tScS);
 
-  Tensor acc_o_rc = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
-  Tensor row_max = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
-  Tensor row_sum = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
-  fill(row_max, -INFINITY);
-  clear(row_sum);
-  const float scale_log2 = p.softmax_scale * float(M_LOG2E);
+  constexpr int kRows = decltype(size<0>(acc_rowcol(acc_o.layout())))::value;
+  OnlineSoftmax<kRows> softmax(p.softmax_scale * float(M_LOG2E));
 
   // Loads K (and, for a partial tile with indices, its column bounds) of list entry `entry`.
   // Only partial entries can cross Sk (preprocess.cuh), and they precede the unmasked ones, so a
@@ -358,12 +297,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
     gemm_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_copy_k, smem_thr_q,
               smem_thr_k);
-    Tensor scores = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
+    Tensor scores = rowcol_view(acc_s);
     if constexpr (kPartial) {
+      auto row_of = [&](int tile_row) { return row0 + tile_row; };
+      const int col0 = n_block * kBlockN;
       if (tile_bounds != nullptr) {
-        apply_mask<true>(scores, score_coords, row0, n_block * kBlockN, p, tile_bounds, causal_off);
-      } else {
-        apply_mask<false>(scores, score_coords, row0, n_block * kBlockN, p, tile_bounds, causal_off);
+        // A column past Sk has a stale smem record: read anyway, the mask ignores it.
+        mask_partial_tile(scores, score_coords, col0, p.seqlen_k, p.causal, causal_off, row_of,
+                          [&](int tile_col, bool) {
+                            const int4 v = reinterpret_cast<const int4*>(tile_bounds)[tile_col];
+                            return ColumnBounds{v.x, v.y, v.z, v.w};
+                          });
+      } else {  // no indices: load_column_bounds' defaults (causal / Sk edge only)
+        mask_partial_tile(scores, score_coords, col0, p.seqlen_k, p.causal, causal_off, row_of,
+                          [&](int, bool) { return ColumnBounds{p.seqlen_q, p.seqlen_q, 0, 0}; });
       }
     }
 
@@ -374,7 +321,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       cp_async_fence();
     }
 
-    softmax_step(scores, row_max, row_sum, acc_o_rc, scale_log2);
+    float correction[kRows];
+    softmax.step(scores, correction);
+    softmax.rescale(rowcol_view(acc_o), correction);
     if constexpr (kDropout) {  // after the row sums, which normalise with every weight
       apply_tile_dropout(acc_s, tScS, row0, n_block * kBlockN, b, head, p);
     }
@@ -392,16 +341,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   for (; i < count; ++i) step(i, std::false_type{});
 
   // Epilogue: normalise; rows that saw nothing (sum 0) give out 0 and LSE -inf.
-  Tensor lse = make_tensor<float>(Shape<Int<size<0>(decltype(acc_o_rc.layout()){})>>{});
-  CUTE_UNROLL
-  for (int mi = 0; mi < size<0>(acc_o_rc); ++mi) {
-    const float sum = quad_sum(row_sum(mi));
-    const bool empty = !(sum > 0.f);
-    const float inv = empty ? 0.f : 1.f / sum;
-    lse(mi) = empty ? -INFINITY : row_max(mi) * p.softmax_scale + logf(sum);
-    CUTE_UNROLL
-    for (int dj = 0; dj < size<1>(acc_o_rc); ++dj) acc_o_rc(mi, dj) *= inv;
-  }
+  float lse[kRows];
+  softmax.finish(rowcol_view(acc_o), p.softmax_scale, lse);
 
   cp_async_wait<0>();  // only pending when the list was empty (Q)
   Tensor out = convert_to<Element>(acc_o);
@@ -414,13 +355,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
 
   // LSE: the quad leader (column 0 of the tile) owns each row.
   Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  Tensor out_coords = make_tensor(tOcO.data(), rowcol(tOcO.layout()));
+  Tensor out_coords = rowcol_view(tOcO);
   if (get<1>(out_coords(0, 0)) == 0) {
     float* lse_row = p.lse + ((int64_t)b * p.heads_q + head) * p.seqlen_q;
     CUTE_UNROLL
-    for (int mi = 0; mi < size(lse); ++mi) {
+    for (int mi = 0; mi < kRows; ++mi) {
       const int row = row0 + get<0>(out_coords(mi, 0));
-      if (row < p.seqlen_q) lse_row[row] = lse(mi);
+      if (row < p.seqlen_q) lse_row[row] = lse[mi];
     }
   }
 

@@ -7,12 +7,13 @@
 #pragma once
 
 #include "../dropout_tile.cuh"
+#include "../element_mask.cuh"
+#include "../online_softmax.cuh"
 
 #include "fwd_epilogue.cuh"
 #include "fwd_layout.cuh"
 #include "fwd_mask_payload.cuh"
 #include "fwd_params.cuh"
-#include "fwd_softmax.cuh"
 #include "fwd_tiles.cuh"
 #include "fwd_traits.cuh"
 
@@ -97,9 +98,17 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
             apply_payload_mask<Traits>(
                 acc_s, smem.payload.data() + stage * Traits::kPayloadWords * Traits::kConsumerThreads, tidx);
           } else {
+            // Columns >= Sk are masked too (their K rows were zero-filled by TMA); the bounds of
+            // this tile's key columns were staged with its K tile.
             const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
-            apply_element_mask(acc_s, tScS, row0, kp.pack_shift, n_block * Traits::kBlockN, p.seqlen_k,
-                               columns, p.causal, causal_off);
+            mask_partial_tile(
+                rowcol_view(acc_s), rowcol_view(tScS), n_block * Traits::kBlockN, p.seqlen_k, p.causal,
+                causal_off, [&](int32_t tile_row) { return row0 + (tile_row >> kp.pack_shift); },
+                [&](int32_t tile_col, bool in_range) {
+                  ColumnBounds b{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals
+                  if (columns != nullptr && in_range) b = columns[tile_col];
+                  return b;
+                });
           }
         }
       };
@@ -110,7 +119,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       release_stored_q();
       if (num_partial > 0) mask_if(0, entry_n_block(entry0), read.index(), cute::true_type{});
       pipeline_k.consumer_release(read);
-      softmax.step(acc_s, correction);
+      softmax.step(rowcol_view(acc_s), correction);
       if constexpr (kDropout)
         apply_tile_dropout(acc_s, tScS, row0, entry_n_block(entry0) * Traits::kBlockN, tile.b, tile.head, p);
       Tensor p_frag = convert_fragment<Element>(acc_s);
@@ -129,12 +138,12 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         warpgroup_fence_operand(acc_s);
         mask_if(i, n_block, read.index(), partial);
         pipeline_k.consumer_release(read);
-        softmax.step(acc_s, correction);
+        softmax.step(rowcol_view(acc_s), correction);
         if constexpr (kDropout) apply_tile_dropout(acc_s, tScS, row0, n_block * Traits::kBlockN, tile.b, tile.head, p);
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
         warpgroup_fence_operand(acc_o);
         pipeline_v.consumer_release(read_v);
-        decltype(softmax)::rescale(acc_o, correction);
+        decltype(softmax)::rescale(rowcol_view(acc_o), correction);
         Tensor next = convert_fragment<Element>(acc_s);
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < size(p_frag); ++e) p_frag(e) = next(e);
@@ -156,7 +165,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     }
 
     float lse[kRows];
-    softmax.finish(acc_o, p.softmax_scale, lse);
+    softmax.finish(rowcol_view(acc_o), p.softmax_scale, lse);
     store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head, tile.b, tidx);
     if constexpr (Traits::kPersistent) {
       if (!issues_o_store<Traits>(tidx)) pipeline_q.consumer_release(read_q);

@@ -1,23 +1,16 @@
-// Register-layout helpers for the sm90 forward: the wgmma accumulator seen as (rows, cols), the
-// accumulator reinterpreted as the A operand of the next wgmma, and one wgmma batch issue.
+// Register-layout helpers for the sm90 kernels: the accumulator reinterpreted as the A operand of
+// the next wgmma, and one wgmma batch issue. (Its (rows, cols) view: ../accumulator_view.cuh.)
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
 
+#include "../accumulator_view.cuh"
+
 namespace flashmask {
 namespace sm90 {
 
 using namespace cute;
-
-// wgmma accumulator ((2, 2, N/8), MMA_M, MMA_N) -> ((2, MMA_M), (2, N/8, MMA_N)): a thread's rows
-// (r and r + 8) and its columns (pairs of adjacent columns every 8).
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto acc_rowcol(Layout l) {
-  static_assert(decltype(rank<0>(l))::value == 3 && decltype(rank(l))::value == 3);
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
-                     make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
-}
 
 // A 16-bit accumulator-shaped fragment as the register A operand of a K=16-per-step wgmma:
 // ((2, 2, N/8), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, N/16 * MMA_N). The C layout of a 64 x N wgmma

@@ -4,7 +4,7 @@
 // 32 w + v of consumer thread t is masked. A partial tile then costs each consumer thread a
 // kPayloadWords-word shared-memory read and one select per value, where evaluating the column
 // intervals cost a 16-byte bound load per column and the interval tests per value
-// (apply_element_mask), inside the softmax's critical path.
+// (../element_mask.cuh), inside the softmax's critical path.
 //
 // The partial tiles of all lists are numbered by launch_partial_offsets (../preprocess.cuh);
 // tile number `slot` < capacity has its payload at words[slot * kPayloadWords * kConsumerThreads],
