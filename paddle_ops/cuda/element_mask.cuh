@@ -1,6 +1,6 @@
 // The element mask of a partial tile, shared by the portable and the Hopper forward: on (row, col)
 // views (accumulator_view.cuh) of a thread's scores and of their tile coordinates, every score whose
-// (row, key) mask.h's is_masked hides, or whose key is past Sk, becomes -inf, without branches.
+// (row, key) mask.h's is_masked hides, or whose key is past Sk, becomes -inf.
 // The Hopper forward takes this path only for the partial tiles its precomputed mask payloads
 // (sm90/fwd_mask_payload.cuh) do not cover.
 #pragma once
@@ -28,9 +28,8 @@ __device__ __forceinline__ void mask_partial_tile(TS&& scores, TC const& coords,
     const ColumnBounds bounds = bounds_of(tile_col, in_range);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < cute::size<0>(scores); ++i) {
-      const bool masked =
-          !in_range || is_masked(row_of(cute::get<0>(coords(i, 0))), col, bounds, causal, causal_off);
-      scores(i, j) = masked ? -INFINITY : scores(i, j);
+      const int32_t row = row_of(cute::get<0>(coords(i, 0)));
+      if (!in_range || is_masked(row, col, bounds, causal, causal_off)) scores(i, j) = -INFINITY;
     }
   }
 }

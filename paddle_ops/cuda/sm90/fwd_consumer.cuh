@@ -103,7 +103,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
             const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
             mask_partial_tile(
                 rowcol_view(acc_s), rowcol_view(tScS), n_block * Traits::kBlockN, p.seqlen_k, p.causal,
-                causal_off, [&](int32_t tile_row) { return row0 + (tile_row >> kp.pack_shift); },
+                causal_off, [row0, shift = kp.pack_shift](int32_t tile_row) { return row0 + (tile_row >> shift); },
                 [&](int32_t tile_col, bool in_range) {
                   ColumnBounds b{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals
                   if (columns != nullptr && in_range) b = columns[tile_col];
