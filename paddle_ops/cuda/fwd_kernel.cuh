@@ -303,14 +303,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
       const int col0 = n_block * kBlockN;
       if (tile_bounds != nullptr) {
         // A column past Sk has a stale smem record: read anyway, the mask ignores it.
-        mask_partial_tile(scores, score_coords, col0, p.seqlen_k, p.causal, causal_off, row_of,
-                          [&](int tile_col, bool) {
-                            const int4 v = reinterpret_cast<const int4*>(tile_bounds)[tile_col];
-                            return ColumnBounds{v.x, v.y, v.z, v.w};
-                          });
+        mask_partial_tile</*kSelect*/ true>(scores, score_coords, col0, p.seqlen_k, p.causal, causal_off,
+                                            row_of, [&](int tile_col, bool) {
+                                              const int4 v = reinterpret_cast<const int4*>(tile_bounds)[tile_col];
+                                              return ColumnBounds{v.x, v.y, v.z, v.w};
+                                            });
       } else {  // no indices: load_column_bounds' defaults (causal / Sk edge only)
-        mask_partial_tile(scores, score_coords, col0, p.seqlen_k, p.causal, causal_off, row_of,
-                          [&](int, bool) { return ColumnBounds{p.seqlen_q, p.seqlen_q, 0, 0}; });
+        mask_partial_tile</*kSelect*/ true>(scores, score_coords, col0, p.seqlen_k, p.causal, causal_off,
+                                            row_of, [&](int, bool) { return ColumnBounds{p.seqlen_q, p.seqlen_q, 0, 0}; });
       }
     }
 

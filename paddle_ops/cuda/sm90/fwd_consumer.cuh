@@ -101,7 +101,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
             // Columns >= Sk are masked too (their K rows were zero-filled by TMA); the bounds of
             // this tile's key columns were staged with its K tile.
             const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
-            mask_partial_tile(
+            mask_partial_tile</*kSelect*/ false>(
                 rowcol_view(acc_s), rowcol_view(tScS), n_block * Traits::kBlockN, p.seqlen_k, p.causal,
                 causal_off, [row0, shift = kp.pack_shift](int32_t tile_row) { return row0 + (tile_row >> shift); },
                 [&](int32_t tile_col, bool in_range) {
