@@ -30,7 +30,9 @@ __device__ __forceinline__ float* dq_workspace_tile(const BwdParams& p, const bw
          wg * Traits::kDqChunks * Traits::kDqChunkElems;
 }
 
-// The first row and column of dQ chunk `chunk` in its query block's kBlockM x D tile.
+// The first row and column of dQ chunk `chunk` in its query block's kBlockM x D tile. Where a tile
+// has one row (column) of chunks the answer is 0 by construction: said so, so that it folds to a
+// constant for the consumers' run-time warpgroup index instead of a division ptxas must keep.
 template <class Traits>
 __host__ __device__ constexpr int dq_chunk_row0(int chunk) {
   return Traits::kBlockM == Traits::kDqRows ? 0 : chunk / Traits::kDqColChunks * Traits::kDqRows;
