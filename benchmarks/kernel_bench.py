@@ -1,6 +1,6 @@
 """Kernel benchmark on one GPU: FlashMask (ours, via flashmask_paddle.torch) vs the strongest peers
-(IMPLS): cuDNN-frontend's interval-mask flex_attention, FlashAttention-4 varlen (document masks),
-FlexAttention on FlashAttention-4 and on Triton, cuDNN and FlashAttention-2 (torch SDPA backends,
+(IMPLS): cuDNN-frontend's interval-mask flex_attention, FlashAttention-4 varlen (document masks, and
+causal / full as one sequence per row: FA4's own kernels), FlexAttention on FlashAttention-4 and on Triton, cuDNN and FlashAttention-2 (torch SDPA backends,
 only where they can express the mask). Peers' mask plans / block masks are built once per mask
 and reported apart (mask_plan_ms, block_mask_ms); --variant times ours under other kernel switches.
 
@@ -62,12 +62,13 @@ MASKS = ("causal", "sliding_window", "causal_document", "document", "share_quest
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
 DEFAULT_MASKS = MASKS[:-1]
 # Peers, strongest first: cuDNN-frontend's interval-mask flex_attention, FlashAttention-4 varlen
-# (document masks only), FlexAttention on FlashAttention-4 (BACKEND="FLASH"), Triton FlexAttention,
+# (document masks; causal and full as one sequence per row), FlexAttention on FlashAttention-4 (BACKEND="FLASH"), Triton FlexAttention,
 # cuDNN and FlashAttention-2 SDPA (causal / full only).
 IMPLS = ("flashmask", "cudnnflex", "fa4varlen", "flexfa4", "flex", "cudnn", "fa2")
 PEERS = IMPLS[1:]
 SDPA_MASKS = ("causal", "full")  # what cuDNN / FA2 can express without a dense mask
-VARLEN_MASKS = {"causal_document": True, "document": False, "short_documents": True}  # -> causal
+# Masks FA4 varlen runs without any mask, as sequences packed by cu_seqlens -> its causal flag.
+VARLEN_MASKS = {"causal_document": True, "document": False, "short_documents": True, "causal": True, "full": False}
 TILE = 128
 
 
@@ -94,10 +95,10 @@ def short_doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
 
 
 def _one_row(name: str, seqlen: int, rng: np.random.Generator, docs_out: list | None = None) -> masks.ColumnMask:
-    if name == "causal":
-        return masks.causal(seqlen)
-    if name == "full":
-        return masks.full(seqlen)
+    if name in ("causal", "full"):  # one document: the whole row (FA4 varlen's sequence)
+        if docs_out is not None:
+            docs_out.append([seqlen])
+        return masks.causal(seqlen) if name == "causal" else masks.full(seqlen)
     if name == "sliding_window":
         return masks.sliding_window(seqlen, window_left=seqlen // 8)
     if name == "global_sliding_window":
@@ -122,6 +123,15 @@ def _one_row(name: str, seqlen: int, rng: np.random.Generator, docs_out: list | 
             groups.append((prompt, [a for a in (rest - rest // 2, rest // 2) if a > 0]))
         return masks.pack_share_question([groups], seqlen)
     raise ValueError(f"unknown mask {name!r}; expected one of {', '.join(MASKS)}")
+
+
+def varlen_sequences(name: str, docs: list[list[int]]) -> list[int] | None:
+    """The sequence lengths FA4 varlen packs (cu_seqlens) for mask `name`, from the documents
+    build_mask reported per row (a causal or full row is one document: FA4's own causal /
+    non-causal kernels); None where varlen cannot express the mask."""
+    if name not in VARLEN_MASKS:
+        return None
+    return [n for row in docs for n in row] if docs else None
 
 
 def build_mask(name: str, seqlen: int, batch: int, seed: int = 0, docs_out: list | None = None) -> masks.ColumnMask:
@@ -447,8 +457,8 @@ class CudnnFlex(Impl):
 
 
 class Fa4Varlen(Impl):
-    """FlashAttention-4 flash_attn_varlen_func over the documents as cu_seqlens (document masks
-    only): the ceiling a document mask must reach."""
+    """FlashAttention-4 flash_attn_varlen_func over the documents as cu_seqlens (document masks;
+    causal and full rows as one sequence each): no mask at all, the ceiling a mask must reach."""
     name = "fa4varlen"
     layout = "bshd"
 
@@ -458,14 +468,14 @@ class Fa4Varlen(Impl):
         self.torch, self.attn = torch, flash_attn_varlen_func
 
     def supports(self, case):
-        if case["mask"] not in VARLEN_MASKS or not case["docs"]:
-            return "not a document mask"
+        if varlen_sequences(case["mask"], case["docs"]) is None:
+            return "not a document, causal or full mask"
         return None
 
     def forward(self, case):
         torch = self.torch
         b, s, h, d = case["q_bshd"].shape
-        lens = [n for row in case["docs"] for n in row]
+        lens = varlen_sequences(case["mask"], case["docs"])
         cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=case["q_bshd"].device)
         q, k, v = (case[n].view(b * s, -1, d) for n in ("q_bshd", "k_bshd", "v_bshd"))
         causal, longest = VARLEN_MASKS[case["mask"]], max(lens)

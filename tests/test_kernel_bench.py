@@ -38,3 +38,22 @@ def test_share_question_answers_do_not_see_each_other():
     dense = masks.to_dense(cm, seqlen_q=1024)[0, 0]
     assert dense.sum() < np.tril(np.ones((1024, 1024), bool)).sum()  # sparser than causal
     assert not dense[np.triu_indices(1024, 1)].any()  # and still causal
+
+
+@pytest.mark.parametrize("name", kernel_bench.MASKS)
+def test_varlen_sequences_describe_exactly_the_mask_fa4_varlen_is_timed_on(name):
+    s, batch = 640, 2
+    docs = []
+    cm = kernel_bench.build_mask(name, s, batch, seed=3, docs_out=docs)
+    lens = kernel_bench.varlen_sequences(name, docs)
+    if name not in kernel_bench.VARLEN_MASKS:
+        assert lens is None
+        return
+    assert sum(lens) == batch * s
+    # Block-diagonal over the packed rows, causal inside a sequence where varlen's flag says so.
+    seq = np.repeat(np.arange(len(lens)), lens).reshape(batch, s)
+    pos = np.arange(s)
+    visible = seq[:, :, None] == seq[:, None, :]
+    if kernel_bench.VARLEN_MASKS[name]:
+        visible &= pos[:, None] >= pos[None, :]
+    np.testing.assert_array_equal(masks.to_dense(cm, seqlen_q=s)[:, 0], visible)
