@@ -1,8 +1,9 @@
 """Kernel benchmark on one GPU: FlashMask (ours, via flashmask_paddle.torch) vs the strongest peers
 (IMPLS): cuDNN-frontend's interval-mask flex_attention, FlashAttention-4 varlen (document masks, and
-causal / full as one sequence per row: FA4's own kernels), FlexAttention on FlashAttention-4 and on Triton, cuDNN and FlashAttention-2 (torch SDPA backends,
-only where they can express the mask). Peers' mask plans / block masks are built once per mask
-and reported apart (mask_plan_ms, block_mask_ms); --variant times ours under other kernel switches.
+causal / full as one sequence per row: FA4's own kernels), FlexAttention on FlashAttention-4 and on
+Triton, cuDNN and FlashAttention-2 (torch SDPA backends, only where they can express the mask).
+Peers' mask plans / block masks are built once per mask and reported apart (mask_plan_ms,
+block_mask_ms); --variant times ours under other kernel switches.
 
     python3 benchmarks/kernel_bench.py                                   # 8K + 32K, D=128, bf16, all masks
     python3 benchmarks/kernel_bench.py --seqlens 8192 --masks causal causal_document --impls flashmask flex
@@ -62,13 +63,14 @@ MASKS = ("causal", "sliding_window", "causal_document", "document", "share_quest
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
 DEFAULT_MASKS = MASKS[:-1]
 # Peers, strongest first: cuDNN-frontend's interval-mask flex_attention, FlashAttention-4 varlen
-# (document masks; causal and full as one sequence per row), FlexAttention on FlashAttention-4 (BACKEND="FLASH"), Triton FlexAttention,
-# cuDNN and FlashAttention-2 SDPA (causal / full only).
+# (document masks; causal and full as one sequence per row), FlexAttention on FlashAttention-4
+# (BACKEND="FLASH"), Triton FlexAttention, cuDNN and FlashAttention-2 SDPA (causal / full only).
 IMPLS = ("flashmask", "cudnnflex", "fa4varlen", "flexfa4", "flex", "cudnn", "fa2")
 PEERS = IMPLS[1:]
 SDPA_MASKS = ("causal", "full")  # what cuDNN / FA2 can express without a dense mask
 # Masks FA4 varlen runs without any mask, as sequences packed by cu_seqlens -> its causal flag.
-VARLEN_MASKS = {"causal_document": True, "document": False, "short_documents": True, "causal": True, "full": False}
+VARLEN_MASKS = {"causal_document": True, "document": False, "short_documents": True,
+                "causal": True, "full": False}
 TILE = 128
 
 
