@@ -173,8 +173,8 @@ __device__ __forceinline__ void compute_p_impl(Acc& acc_s, const float* s_lse, c
   typename Tr::MmaSdP mma;
   Tensor coord_acc = mma.get_thread_slice(tid).partition_C(
       make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
-  Tensor coord = make_tensor(coord_acc.data(), acc_rowcol(coord_acc.layout()));
-  Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+  Tensor coord = rowcol_view(coord_acc);
+  Tensor s = rowcol_view(acc_s);
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s); ++mi) {
     const int r = get<0>(coord(mi, 0));
@@ -205,9 +205,9 @@ __device__ __forceinline__ void compute_ds(const Acc& acc_p, Acc& acc_dp, const 
   typename Tr::MmaSdP mma;
   Tensor coord_acc = mma.get_thread_slice(tid).partition_C(
       make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
-  Tensor coord = make_tensor(coord_acc.data(), acc_rowcol(coord_acc.layout()));
-  Tensor p = make_tensor(acc_p.data(), acc_rowcol(acc_p.layout()));
-  Tensor dp = make_tensor(acc_dp.data(), acc_rowcol(acc_dp.layout()));
+  Tensor coord = rowcol_view(coord_acc);
+  Tensor p = rowcol_view(acc_p);
+  Tensor dp = rowcol_view(acc_dp);
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(dp); ++mi) {
     const float dpsum = s_dpsum[get<0>(coord(mi, 0))];

@@ -10,6 +10,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "flashmask/mask.h"
+#include "../accumulator_view.cuh"
 #include "../dropout_tile.cuh"
 #include "../utils.cuh"
 #include "bwd_barriers.cuh"
@@ -83,7 +84,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQtw);
   // (key, query) of each S^T / dP^T accumulator value, tile-local.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
-  Tensor coord = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+  Tensor coord = rowcol_view(tScS);
   constexpr int kRows = decltype(size<0>(coord))::value;  // keys held by this thread
   // dS^T as (key, query, buffer), this warpgroup's keys: its accumulators leave by stmatrix, 8 x 8
   // blocks whose rows are a key's 8 adjacent queries (16 contiguous bytes of the query-contiguous
@@ -177,7 +178,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     // fully masked and padding rows, so P is exactly 0 there.
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
-    Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+    Tensor s = rowcol_view(acc_s);
     const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
     // Partial tiles: each key's masked rows as intervals counted from the tile's first row, built
     // here rather than kept across tiles (registers the unmasked tiles need).
@@ -206,7 +207,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     // dS^T = P^T (dP^T - D), in place of dP^T.
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dp);
-    Tensor dp = make_tensor(acc_dp.data(), acc_rowcol(acc_dp.layout()));
+    Tensor dp = rowcol_view(acc_dp);
     const float* dpsum = smem.dpsum.data() + stage * kBlockM;
     if constexpr (kDropout) apply_dropout(acc_dp, keep, p.dropout_p);
     CUTLASS_PRAGMA_UNROLL

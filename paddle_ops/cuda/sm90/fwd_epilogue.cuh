@@ -59,7 +59,7 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
   const FwdParams& p = kp.p;
   Tensor cO = mma_pv.get_thread_slice(tidx).partition_C(
       make_identity_tensor(select<0, 1>(typename Traits::TileShapePV{})));
-  Tensor c = make_tensor(cO.data(), acc_rowcol(cO.layout()));
+  Tensor c = rowcol_view(cO);
   Tensor o16 = convert_fragment<Element>(acc_o);
   auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, mma_pv);
   auto thr_r2s = r2s.get_thread_slice(tidx);
