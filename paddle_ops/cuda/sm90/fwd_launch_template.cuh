@@ -14,6 +14,7 @@
 #include "fwd_kernel.cuh"
 #include "fwd_mask_payload.cuh"
 #include "fwd_sm90.h"
+#include "path_sm90.h"
 
 namespace flashmask {
 namespace sm90 {
@@ -22,13 +23,17 @@ namespace sm90 {
 // where it measured ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%),
 // not for bidirectional ones (document: 5-7% behind). 128 rows: for index masks (8K, 17093a4:
 // causal document 299 -> 315, share question 248 -> 268, short documents 156 -> 172 TFLOP/s
-// against one tile per CTA), not for dense and causal attention (8K causal 582 vs 594, within
-// noise). FLASHMASK_SM90_PERSISTENT=0|1 overrides (read at every launch, like FLASHMASK_SM90_BLOCK_M).
+// against one tile per CTA), and for causal attention at D <= 128 up to kPersistentCausalRows
+// query rows, where the start and the epilogue of a one-tile CTA weigh most (fwd_sm90.h); not for
+// dense attention (8K full level) nor causal at D = 256 (8K level). FLASHMASK_SM90_PERSISTENT=0|1
+// overrides (read at every launch, like FLASHMASK_SM90_BLOCK_M).
 inline bool use_persistent(const FwdParams& p, int block_m) {
   const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
   if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  return block_m == 64 ? p.causal : p.mask_form.has_indices();
+  if (block_m == 64) return p.causal;
+  const bool short_causal = p.causal && kernel_head_dim(p) <= 128 && p.seqlen_q <= kPersistentCausalRows;
+  return p.mask_form.has_indices() || short_causal;
 }
 
 // CTAs of `kernel` that the current device holds at once (SMs x CTAs per SM), cached per
