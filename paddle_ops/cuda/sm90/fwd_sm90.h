@@ -39,9 +39,9 @@ constexpr size_t kFwdScratchBytes = 256;
 // always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
 constexpr int kLongRows = 8192;
 // Causal attention without indices runs the 128-row kernel persistent up to this many query rows
-// (use_persistent, fwd_launch_template.cuh): H200, bf16, D = 128, B*S = 32K, processes alternating,
-// fwd TFLOP/s one tile per CTA -> persistent: 8K 588 / 588 / 581 -> 605 / 605 / 610, 16K 613 / 621 ->
-// 628 / 621; at 32K one tile per CTA stays ahead (622 vs 617).
+// at D <= 128 (use_persistent, fwd_launch_template.cuh): H200, bf16, D = 128, B*S = 32K, fwd
+// TFLOP/s one tile per CTA -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level;
+// 32K level or behind (benchmarks/results/kernel_h200_fwd_persistent_causal_ab.json).
 constexpr int kPersistentCausalRows = 16384;
 int fwd_block_m(const FwdParams& p);
 
