@@ -45,21 +45,22 @@ void check_launch(const FwdParams& p) {
   check_view(p.out, "out");
 }
 
-// The path and tile shape of a call, decided in one place for its plan and its launch.
+// The path, tile shape and persistence of a call, decided in one place for its plan and its launch.
 struct FwdPath {
   bool sm90;
   int32_t block_m, block_n;
+  bool persistent;  // sm90 only
 };
 
 FwdPath fwd_path(const FwdParams& p) {
 #if FLASHMASK_HAS_SM90
   if (fwd_sm90_selected(p)) {
-    const int block_m = sm90::fwd_block_m(p);
-    return {true, block_m, sm90::fwd_block_n(block_m, sm90::kernel_head_dim(p))};
+    const sm90::FwdShape shape = sm90::fwd_shape(p);
+    return {true, shape.block_m, sm90::fwd_block_n(shape.block_m, sm90::kernel_head_dim(p)), shape.persistent};
   }
 #endif
   const FwdTileSize tile = fwd_tile_size(cuda_kernel_head_dim(p.head_dim, p.head_dim_v), p.mask_form.has_indices());
-  return {false, tile.block_m, tile.block_n};
+  return {false, tile.block_m, tile.block_n, false};
 }
 
 // Workspace of a call beside its plan: the sm90 kernel's persistent tile counter.
@@ -120,7 +121,7 @@ void run_fwd_cuda(const FwdParams& p, void* workspace, cudaStream_t stream, Mask
   }
   check_plan_key(plan, size.key, "flashmask run_fwd_cuda");
 #if FLASHMASK_HAS_SM90
-  if (path.sm90) return run_fwd_sm90(p, path.block_m, plan.data, scratch, stream);
+  if (path.sm90) return run_fwd_sm90(p, {path.block_m, path.persistent}, plan.data, scratch, stream);
 #endif
   const FwdBlockLists lists = carve_fwd_block_lists(p, path.block_m, path.block_n, plan.data);
   if (lists.num_m_blocks == 0) return;

@@ -25,9 +25,7 @@ bool device_runs_sm90() {
   });
 }
 
-}  // namespace
-
-int sm90::fwd_block_m(const FwdParams& p) {
+int block_m_of(const FwdParams& p) {
   const int d = sm90::kernel_head_dim(p);
   if (d > 128) return 128;  // the only instantiated shape at 256 columns
   if (p.dropout_p > 0.f) return 128;  // the only shape with a dropout instantiation
@@ -40,7 +38,31 @@ int sm90::fwd_block_m(const FwdParams& p) {
   // epilogue and longest-first tiles in both): 8K prefix-LM causal 503 -> 601, sliding window
   // 412 -> 463, document 361 -> 385, causal document 333 -> 340, share question 295 -> 286, short
   // documents 214 -> 200; at 32K 128 rows led by 5-19% already before those two changes.
-  return d == 128 && p.seqlen_q >= kLongRows ? 128 : 64;
+  return d == 128 && p.seqlen_q >= sm90::kLongRows ? 128 : 64;
+}
+
+// 64 rows: persistent for causal masks, where it measured ahead (e2e-shaped 32K row: 0.82 vs
+// 0.92 ms; kernel_bench rows within +-3%), not for bidirectional ones (document: 5-7% behind).
+// 128 rows: for index masks (8K, 17093a4: causal document 299 -> 315, share question 248 -> 268,
+// short documents 156 -> 172 TFLOP/s against one tile per CTA), and for causal attention up to
+// kPersistentCausalRows query rows, where the start and the epilogue of a one-tile CTA weigh
+// most; not for dense attention (8K full level). Dropout and 256 columns have one tile per CTA
+// only (no room for the persistent kernel's second Q stage at 256).
+bool persistent_of(const FwdParams& p, int block_m) {
+  if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128) return false;
+  const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
+  if (block_m == 64) return p.causal;
+  const bool short_causal = p.causal && p.seqlen_q <= sm90::kPersistentCausalRows;
+  return p.mask_form.has_indices() || short_causal;
+}
+
+}  // namespace
+
+sm90::FwdShape sm90::fwd_shape(const FwdParams& p) {
+  const int block_m = block_m_of(p);
+  return {block_m, persistent_of(p, block_m)};
 }
 
 int sm90::fwd_pack_shift(const FwdParams& p, int block_m) {
@@ -161,13 +183,13 @@ void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream
   });
 }
 
-void run_fwd_sm90(const FwdParams& p, int block_m, const void* base, void* scratch, cudaStream_t stream) {
-  const Sm90FwdTiling t(p, block_m);
+void run_fwd_sm90(const FwdParams& p, sm90::FwdShape shape, const void* base, void* scratch, cudaStream_t stream) {
+  const Sm90FwdTiling t(p, shape.block_m);
   const Sm90FwdPlan plan(t, base);
   if (plan.lists.num_m_blocks == 0) return;
   const int32_t* order = sm90::fwd_sorts_tiles(p, t.pack_shift) ? plan.order : nullptr;
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_fwd_sm90", [&](auto e, auto d) {
-    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, plan.lists, block_m, t.pack_shift,
+    sm90::run_fwd_sm90_kernel<decltype(e), decltype(d)::value>(p, plan.lists, shape, t.pack_shift,
                                                                static_cast<int32_t*>(scratch), plan.payload,
                                                                order, stream);
   });

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -14,27 +12,9 @@
 #include "fwd_kernel.cuh"
 #include "fwd_mask_payload.cuh"
 #include "fwd_sm90.h"
-#include "path_sm90.h"
 
 namespace flashmask {
 namespace sm90 {
-
-// Whether a kernel of `block_m` rows runs persistent (fwd_tiles.cuh). 64 rows: for causal masks,
-// where it measured ahead (e2e-shaped 32K row: 0.82 vs 0.92 ms; kernel_bench rows within +-3%),
-// not for bidirectional ones (document: 5-7% behind). 128 rows: for index masks (8K, 17093a4:
-// causal document 299 -> 315, share question 248 -> 268, short documents 156 -> 172 TFLOP/s
-// against one tile per CTA), and for causal attention at D <= 128 up to kPersistentCausalRows
-// query rows, where the start and the epilogue of a one-tile CTA weigh most (fwd_sm90.h); not for
-// dense attention (8K full level) nor causal at D = 256 (8K level). FLASHMASK_SM90_PERSISTENT=0|1
-// overrides (read at every launch, like FLASHMASK_SM90_BLOCK_M).
-inline bool use_persistent(const FwdParams& p, int block_m) {
-  const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  if (block_m == 64) return p.causal;
-  const bool short_causal = p.causal && kernel_head_dim(p) <= 128 && p.seqlen_q <= kPersistentCausalRows;
-  return p.mask_form.has_indices() || short_causal;
-}
 
 // CTAs of `kernel` that the current device holds at once (SMs x CTAs per SM), cached per
 // (kernel, device): the persistent grid.
@@ -120,19 +100,20 @@ void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int
 }
 
 template <typename Element, int kHeadDim>
-void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
+void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShape shape, int pack_shift,
                          int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
                          cudaStream_t stream) {
-  // Dropout: one shape, 128 rows and one tile per CTA (fwd_block_m picks 128 rows for it).
+  const int block_m = shape.block_m;
+  const bool persistent = shape.persistent;
+  // Dropout: one shape, 128 rows and one tile per CTA (fwd_shape picks it).
   if (p.dropout_p > 0.f) {
     if (block_m != 128 || pack_shift != 0)
       throw std::runtime_error("flashmask run_fwd_sm90: dropout runs the 128-row kernel, one query head per tile");
     launch_fwd<Element, kHeadDim, 128, false, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
     return;
   }
-  const bool persistent = use_persistent(p, block_m);
   // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
-  // shape (fwd_block_m() never asks): Q, K and V would not leave room for a second CTA on the SM,
+  // shape (fwd_shape() never asks): Q, K and V would not leave room for a second CTA on the SM,
   // which is what that shape is for.
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
@@ -169,7 +150,7 @@ bool fwd_sm90_kernel_built() {
 #define FM_SM90_FWD_INSTANTIATE(T, D)                                                               \
   template void launch_fwd_mask_payload<T, D>(const FwdParams&, const FwdBlockLists&, int, int,      \
                                               const FwdMaskPayload&, cudaStream_t);                  \
-  template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, int, int, int32_t*, \
+  template void run_fwd_sm90_kernel<T, D>(const FwdParams&, const FwdBlockLists&, FwdShape, int, int32_t*, \
                                           const FwdMaskPayload&, const int32_t*, cudaStream_t);    \
   template bool fwd_sm90_kernel_built<T, D>();
 

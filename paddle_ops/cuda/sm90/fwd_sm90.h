@@ -21,12 +21,6 @@ namespace flashmask {
 // (other cases take the portable kernel). FLASHMASK_FORCE_PATH=sm80 turns the path off, =sm90
 // turns it on.
 bool fwd_sm90_selected(const FwdParams& p);
-// The mask plan of the sm90 forward at `block_m` query rows (sm90::fwd_block_m): the block lists,
-// the partial tiles' numbering and mask payloads, the tile order (fwd_launch_sm90.cu).
-MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m);
-void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* plan, cudaStream_t stream);
-// `scratch`: sm90::kFwdScratchBytes of device memory beside the plan.
-void run_fwd_sm90(const FwdParams& p, int block_m, const void* plan, void* scratch, cudaStream_t stream);
 
 namespace sm90 {
 // A call's workspace beside its plan: one int32 counting the persistent CTAs' tile claims (zeroed
@@ -39,11 +33,18 @@ constexpr size_t kFwdScratchBytes = 256;
 // always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
 constexpr int kLongRows = 8192;
 // Causal attention without indices runs the 128-row kernel persistent up to this many query rows
-// at D <= 128 (use_persistent, fwd_launch_template.cuh): H200, bf16, D = 128, B*S = 32K, fwd
-// TFLOP/s one tile per CTA -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level;
-// 32K level or behind (benchmarks/results/kernel_h200_fwd_persistent_causal_ab.json).
+// (D <= 128: the only persistent shapes): H200, bf16, D = 128, B*S = 32K, fwd TFLOP/s one tile per CTA -> persistent: 2K
+// 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level; 32K level or behind
+// (benchmarks/results/kernel_h200_fwd_persistent_causal_ab.json).
 constexpr int kPersistentCausalRows = 16384;
-int fwd_block_m(const FwdParams& p);
+// The sm90 forward kernel of a call: its tile rows and whether its CTAs are persistent
+// (fwd_tiles.cuh), with the FLASHMASK_SM90_BLOCK_M and FLASHMASK_SM90_PERSISTENT overrides (read
+// per call). One decision for the plan and the launch.
+struct FwdShape {
+  int block_m;
+  bool persistent;
+};
+FwdShape fwd_shape(const FwdParams& p);
 
 // GQA heads packed into the tile rows: 2^shift query heads that share a K/V head fill one tile,
 // row r = (position r >> shift, head r % 2^shift of the group), so that their K/V blocks are loaded
@@ -98,11 +99,18 @@ template <typename Element, int kHeadDim>
 void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
                              const FwdMaskPayload& payload, cudaStream_t stream);
 template <typename Element, int kHeadDim>
-void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, int block_m, int pack_shift,
+void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShape shape, int pack_shift,
                          int32_t* tile_counter, const FwdMaskPayload& payload, const int32_t* tile_order,
                          cudaStream_t stream);
 template <typename Element, int kHeadDim>
 bool fwd_sm90_kernel_built();
 }  // namespace sm90
+
+// The mask plan of the sm90 forward at `block_m` query rows (sm90::fwd_shape): the block lists,
+// the partial tiles' numbering and mask payloads, the tile order (fwd_launch_sm90.cu).
+MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m);
+void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* plan, cudaStream_t stream);
+// `scratch`: sm90::kFwdScratchBytes of device memory beside the plan.
+void run_fwd_sm90(const FwdParams& p, sm90::FwdShape shape, const void* plan, void* scratch, cudaStream_t stream);
 
 }  // namespace flashmask
