@@ -49,7 +49,7 @@ def cases():
     # Eight query heads per K/V head: packed into the forward's tile rows (16 positions per tile).
     yield Case(batch=2, seqlen_q=101, seqlen_k=90, heads_q=16, heads_k=2, head_dim=128, dtype="bf16", causal=True,
                indices=random_bounds(rng, (True, 2), 2, 2, 101, 90), seed=150)
-    # Causal without indices over 8K rows: the 128-row forward's persistent CTAs (fwd_launch_template.cuh).
+    # Causal without indices over 8K rows: the 128-row forward's persistent CTAs (sm90::fwd_shape).
     yield Case(batch=1, seqlen_q=8192 + 77, seqlen_k=8192 + 77, heads_q=2, heads_k=1, head_dim=128, dtype="bf16",
                causal=True, seed=170)
     for i, (d, dv) in enumerate([(96, 40), (192, 128), (40, 256)]):  # padded columns, Dv != D

@@ -33,9 +33,9 @@ constexpr size_t kFwdScratchBytes = 256;
 // always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
 constexpr int kLongRows = 8192;
 // Causal attention without indices runs the 128-row kernel persistent up to this many query rows
-// (D <= 128: the only persistent shapes): H200, bf16, D = 128, B*S = 32K, fwd TFLOP/s one tile per CTA -> persistent: 2K
-// 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level; 32K level or behind
-// (benchmarks/results/kernel_h200_fwd_persistent_causal_ab.json).
+// (D <= 128: the only persistent shapes): H200, bf16, D = 128, B*S = 32K, fwd TFLOP/s one tile
+// per CTA -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level; 32K level or
+// behind (benchmarks/results/kernel_h200_fwd_persistent_causal_ab.json).
 constexpr int kPersistentCausalRows = 16384;
 // The sm90 forward kernel of a call: its tile rows and whether its CTAs are persistent
 // (fwd_tiles.cuh), with the FLASHMASK_SM90_BLOCK_M and FLASHMASK_SM90_PERSISTENT overrides (read
