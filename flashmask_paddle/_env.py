@@ -43,7 +43,8 @@ VARIABLES = (
              "above it dQ takes a second pass. 0 forces the two-pass path.",
              "paddle_ops/cpu/flashmask_bwd_cpu.cc"),
     Variable("FLASHMASK_SM90_BLOCK_M", "(auto)",
-             "64|128: query rows per tile of the Hopper forward below head_dim 256 (tuning and tests).",
+             "64|128: query rows per tile of the Hopper forward below head_dim 256; 192: at head_dim 64 "
+             "without indices or a block mask (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PACK_GQA", "1",
              "0: the Hopper forward runs one query head per tile instead of packing the query heads "

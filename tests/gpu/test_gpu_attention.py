@@ -159,6 +159,21 @@ def test_gqa_heads_packed_into_forward_tiles(form, group, block_m, packed, monke
                       heads_k=heads_k, mask_heads=heads_k, head_dim=128 if group <= 4 else 64))
 
 
+@pytest.mark.parametrize("block_m", ["128", "192"])
+@pytest.mark.parametrize("heads", [(2, 2), (8, 2)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("form", [(True, 0), (False, 0)], ids=form_id)
+def test_head_dim_64_forward_tile_heights(form, dtype, heads, block_m, monkeypatch):
+    """Head dim 64 without indices at both forward tile heights (FLASHMASK_SM90_BLOCK_M): 192 rows
+    are three consumer warpgroups over 128-key blocks; lengths past two 192-row tiles and not a
+    multiple of either block, Sq != Sk both ways, GQA packed into the rows."""
+    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", block_m)
+    hq, hk = heads
+    for i, (sq, sk) in enumerate([(401, 401), (451, 333), (200, 517)]):
+        check(fuzzed_case(form, seed_offset=1600 + i, batch=2, seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_k=hk,
+                          head_dim=64, dtype=dtype))
+
+
 @pytest.mark.parametrize("case", ["causal_document-bf16-D128", "global_sliding-fp16-D64"])
 def test_long_sequence_4097(case):
     if case.startswith("causal_document"):

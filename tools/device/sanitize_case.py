@@ -52,6 +52,9 @@ def cases():
     # Causal without indices over 8K rows: the 128-row forward's persistent CTAs (sm90::fwd_shape).
     yield Case(batch=1, seqlen_q=8192 + 77, seqlen_k=8192 + 77, heads_q=2, heads_k=1, head_dim=128, dtype="bf16",
                causal=True, seed=170)
+    # Head dim 64, dense: the 192-row forward (three consumer warpgroups), three tiles, Sq != Sk.
+    yield Case(batch=1, seqlen_q=450, seqlen_k=333, heads_q=4, heads_k=2, head_dim=64, dtype="bf16",
+               causal=False, seed=180)
     for i, (d, dv) in enumerate([(96, 40), (192, 128), (40, 256)]):  # padded columns, Dv != D
         yield Case(batch=1, seqlen_q=131, seqlen_k=75, heads_q=4, heads_k=2, head_dim=d, head_dim_v=dv,
                    dtype="bf16", causal=i % 2 == 0, indices=random_bounds(rng, FORMS[i], 1, 2, 131, 75),

@@ -32,6 +32,15 @@ int block_m_of(const FwdParams& p) {
   const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
   if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
   if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
+  // 192 rows (three consumer warpgroups) at 64 columns without indices or a block mask (whose
+  // 128-position blocks a 192-row tile would straddle). H200, bf16, B*S = 32K, one process, fwd
+  // TFLOP/s 128 -> 192 rows (benchmarks/results/kernel_h200_fwd_d64_192_ab.json): 8K full 454 / 457
+  // -> 493 / 491, causal 443 / 440 -> 458 / 458 (persistent 128 rows), 32K causal 475 / 472 ->
+  // 495 / 494, GQA 16:4 8K causal 438 / 434 -> 470 / 468; 2K causal 385 / 382 -> 338 / 340, so
+  // causal rows shorter than kTallCausalRows keep the persistent 128-row kernel.
+  const bool tall_fits = d == 64 && !p.mask_form.has_indices() && p.block_mask == nullptr;
+  if (v != nullptr && std::strcmp(v, "192") == 0 && tall_fits) return 192;
+  if (tall_fits && (!p.causal || p.seqlen_q >= sm90::kTallCausalRows)) return 192;
   if (!p.mask_form.has_indices()) return 128;
   // Index masks: 128 rows (persistent) once rows are long enough for long key lists, else 64 rows
   // with two CTAs per SM. H200, bf16 D=128, B*S=32K, one process, fwd TFLOP/s 64 -> 128 rows (TMA
@@ -49,7 +58,8 @@ int block_m_of(const FwdParams& p) {
 // most; not for dense attention (8K full level). Dropout and 256 columns have one tile per CTA
 // only (no room for the persistent kernel's second Q stage at 256).
 bool persistent_of(const FwdParams& p, int block_m) {
-  if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128) return false;
+  // No persistent 192-row kernel: at its 152 registers per consumer thread ptxas serialises the wgmmas.
+  if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128 || block_m == 192) return false;
   const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
   if (v != nullptr && std::strcmp(v, "1") == 0) return true;

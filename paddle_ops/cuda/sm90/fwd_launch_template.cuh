@@ -84,6 +84,13 @@ void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int
   const FwdParams tiles = packed_view(p, pack_shift);
   // The bits follow the S accumulators of the tiled MMA, which only the tile shape decides: every
   // kernel of block_m rows (persistent or not, with dropout or not) reads the same payload.
+  if constexpr (kHeadDim == 64) {
+    if (block_m == 192) {
+      launch_mask_payload<FwdTraits<Element, kHeadDim, 192, fwd_block_n(192, kHeadDim)>>(tiles, lists, payload,
+                                                                                     pack_shift, stream);
+      return;
+    }
+  }
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
       launch_mask_payload<FwdTraits<Element, kHeadDim, 64, fwd_block_n(64, kHeadDim)>>(tiles, lists, payload,
@@ -92,8 +99,8 @@ void launch_fwd_mask_payload(const FwdParams& p, const FwdBlockLists& lists, int
     }
   }
   if (block_m != 128) {
-    throw std::runtime_error("flashmask build_fwd_sm90_plan: block_m must be 128, or 64 below head_dim 256; got " +
-                             std::to_string(block_m));
+    throw std::runtime_error("flashmask build_fwd_sm90_plan: block_m must be 128, 64 below head_dim 256, or 192 at "
+                             "head_dim 64; got " + std::to_string(block_m));
   }
   launch_mask_payload<FwdTraits<Element, kHeadDim, 128, fwd_block_n(128, kHeadDim)>>(tiles, lists, payload,
                                                                                      pack_shift, stream);
@@ -115,6 +122,13 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShap
   // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
   // shape (fwd_shape() never asks): Q, K and V would not leave room for a second CTA on the SM,
   // which is what that shape is for.
+  // 192 rows: head_dim 64 without indices, one tile per CTA (fwd_shape()).
+  if constexpr (kHeadDim == 64) {
+    if (block_m == 192 && !persistent) {
+      launch_fwd<Element, kHeadDim, 192>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
+      return;
+    }
+  }
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
       persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream)
@@ -130,8 +144,8 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShap
     launch_fwd<Element, kHeadDim, 128>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
     return;
   }
-  throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, or 64 below head_dim 256; got " +
-                           std::to_string(block_m));
+  throw std::runtime_error("flashmask run_fwd_sm90: block_m must be 128, 64 below head_dim 256, or 192 at head_dim 64; "
+                           "got " + std::to_string(block_m) + (persistent ? " persistent" : ""));
 }
 
 // Whether this build carries sm_90a machine code for the kernel on the current device (a build

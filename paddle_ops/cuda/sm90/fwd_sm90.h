@@ -30,8 +30,11 @@ constexpr size_t kFwdScratchBytes = 256;
 // Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention and, at
 // head_dim 128, for index masks over at least kLongRows query rows (persistent CTAs); else 64 (one
 // warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
-// always 128 at head_dim 256. FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256 (measurements).
+// always 128 at head_dim 256; 192 (three consumer warpgroups) at head_dim 64 without indices,
+// but for causal attention over fewer than kTallCausalRows query rows. FLASHMASK_SM90_BLOCK_M=
+// 64|128 overrides below 256, =192 at 64 columns without indices (measurements).
 constexpr int kLongRows = 8192;
+constexpr int kTallCausalRows = 8192;
 // Causal attention without indices runs the 128-row kernel persistent up to this many query rows
 // (D <= 128: the only persistent shapes): H200, bf16, D = 128, B*S = 32K, fwd TFLOP/s one tile
 // per CTA -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level; 32K level or
@@ -67,9 +70,11 @@ inline FwdParams packed_view(const FwdParams& p, int pack_shift) {
   v.heads_q = p.heads_q >> pack_shift;
   return v;
 }
-// Key tile: block_m, or 64 at head_dim 256, where a 128-key K/V ring would not fit beside Q in
-// shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
-constexpr int fwd_block_n(int block_m, int head_dim) { return head_dim > 128 ? 64 : block_m; }
+// Key tile: block_m up to 128, or 64 at head_dim 256, where a 128-key K/V ring would not fit
+// beside Q in shared memory (Q 64 KB + K, V 2 x 2 x 32 KB) and S + O would not fit the registers.
+constexpr int fwd_block_n(int block_m, int head_dim) {
+  return head_dim > 128 ? 64 : (block_m < 128 ? block_m : 128);
+}
 // Bytes of one partial tile's mask payload (fwd_mask_payload.cuh): a bit per S accumulator value
 // (block_n / 2 per consumer thread: 64 rows per warpgroup), in 32-bit words, for the
 // block_m / 64 * 128 consumer threads.

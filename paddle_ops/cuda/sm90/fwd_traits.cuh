@@ -6,6 +6,8 @@
 // - 128 x 128, two consumer warpgroups (64 rows each, the wgmma M), one CTA per SM: Q (32 KB at
 //   D=128) resident, K and V in kStages-deep TMA rings (2 x 32 KB each): 160 KB. Per consumer
 //   thread at D=128: S 64 + O 64 + P 32 registers, inside the 240 of setmaxnreg. Dense and causal.
+// - 192 x 128 at D=64, three consumer warpgroups, one CTA per SM: Q 24 KB, K and V rings 2 x 16 KB
+//   each: 88 KB; S 64 + O 32 + P 32 registers of the 160 a consumer thread gets. Dense and causal.
 // - 128 x 64 at D=256: Q 64 KB, K and V rings 2 x 2 x 32 KB: 194 KB; O 128 + S 32 + P 16 registers.
 // - 64 x 64, one consumer warpgroup, two CTAs per SM (80 KB smem, 32768 registers each): for
 //   sparse index masks, whose short block lists leave a lone CTA idle in its prologue/epilogue.
@@ -63,11 +65,14 @@ struct FwdTraits {
   // - 2 WGs, one CTA: 24 / 240 (24 x 128 + 240 x 256 = 64512 <= 65536 registers); persistent
   //   40 / 232 (40 x 128 + 232 x 256 = 64512);
   // - 1 WG, two CTAs: 24 / 232 ((24 + 232) x 128 = 32768 per CTA); persistent 40 / 216 (its
-  //   producer's tile loop spilled at 24 and 32).
+  //   producer's tile loop spilled at 24 and 32);
+  // - 3 WGs (192 rows, D = 64), one CTA: 24 / 160 (24 x 128 + 160 x 384 = 64512 <= 65536);
+  //   persistent 40 / 152.
   static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
   static constexpr int kProducerRegs = kPersistent ? 40 : 24;
-  static constexpr int kConsumerRegs =
-      kConsumerWGs == 2 ? (kPersistent ? 232 : 240) : (kPersistent ? 216 : 232);
+  static constexpr int kConsumerRegs = kConsumerWGs == 3   ? (kPersistent ? 152 : 160)
+                                       : kConsumerWGs == 2 ? (kPersistent ? 232 : 240)
+                                                           : (kPersistent ? 216 : 232);
   // setmaxnreg only moves registers inside what the CTA got at launch (the __launch_bounds__ cap,
   // 65536 / (threads x CTAs per SM) rounded down to 8, per thread); asking for more makes the
   // consumers' setmaxnreg.inc wait forever (seen: 32 / 240 with 384 threads hung).
