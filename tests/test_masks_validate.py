@@ -73,6 +73,37 @@ def test_tile_density_and_visible_count_match_the_dense_picture(seed, sq, sk, fo
     np.testing.assert_array_equal(masks.count_visible(arr, causal, sq), vis.sum(axis=(2, 3)))
 
 
+def _random_starts(rng, length):
+    """Ascending block starts from 0 below length: random cuts, as documents would place them."""
+    cuts = rng.choice(np.arange(1, length), size=min(length - 1, int(rng.integers(0, 6))), replace=False) \
+        if length > 1 else []
+    return np.concatenate([[0], np.sort(cuts)]).astype(np.int64)
+
+
+@FAST
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 40), st.integers(1, 40), forms)
+def test_visited_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk, form):
+    causal, c = form
+    rng = np.random.default_rng(seed)
+    arr = random_indices(rng, 2, 2, sq, sk, causal, c)
+    rows, keys = _random_starts(rng, sq), _random_starts(rng, sk)
+    vis = masks.to_dense(arr, causal, sq)
+    row_block = np.searchsorted(rows, np.arange(sq), side="right") - 1
+    key_block = np.searchsorted(keys, np.arange(sk), side="right") - 1
+    expect = np.zeros((2, 2, len(rows), len(keys)), bool)
+    for i, j in zip(*np.nonzero(vis.any(axis=(0, 1)))):
+        expect[:, :, row_block[i], key_block[j]] |= vis[:, :, i, j]
+    np.testing.assert_array_equal(masks.visited_tiles(arr, causal, sq, row_starts=rows, key_starts=keys),
+                                  expect.sum(axis=(2, 3)))
+
+
+def test_visited_tiles_rejects_bad_block_starts():
+    m = masks.causal(64)
+    for rows in ([1, 8], [0, 8, 8], [0, 64], []):
+        with pytest.raises(ValueError, match="row_starts must ascend strictly from 0 below 64"):
+            masks.visited_tiles(m, row_starts=rows, key_starts=[0])
+
+
 def test_tile_density_of_causal_at_128():
     # 4 x 4 tiles, causal: the 10 on or below the diagonal hold visible pairs
     assert masks.tile_density(masks.causal(512)) == pytest.approx(10 / 16)

@@ -173,19 +173,38 @@ def tile_density(mask_or_indices, causal: bool | None = None, seqlen_q: int | No
     block_k = block if block_k is None else block_k
     if block < 1 or block_k < 1:
         raise ValueError(f"block sizes must be positive, got block={block}, block_k={block_k}")
-    batch, heads, sk, _ = arr.shape
-    n_q = -(-seqlen_q // block)
-    n_k = -(-sk // block_k)
-    if n_q == 0 or n_k == 0:
+    if seqlen_q == 0 or arr.shape[2] == 0:
         return 0.0
+    starts = np.arange(0, seqlen_q, block), np.arange(0, arr.shape[2], block_k)
+    return float(_touched_tiles(arr, causal, seqlen_q, *starts).mean())
+
+
+def visited_tiles(mask_or_indices, causal: bool | None = None, seqlen_q: int | None = None, *,
+                  row_starts, key_starts) -> np.ndarray:
+    """Number of tiles holding a visible pair per ``[B, Hm]``, for tiles whose query blocks begin at
+    ``row_starts`` and key blocks at ``key_starts`` (ascending positions, the first 0): e.g. blocks
+    that restart at every document start, as varlen kernels tile packed documents."""
+    arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
+    row_starts, key_starts = (np.asarray(x, dtype=np.int64) for x in (row_starts, key_starts))
+    for name, starts, length in (("row_starts", row_starts, seqlen_q), ("key_starts", key_starts, arr.shape[2])):
+        if starts.ndim != 1 or len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or \
+                starts[-1] >= max(length, 1):
+            raise ValueError(f"{name} must ascend strictly from 0 below {length}, got {starts.tolist()[:8]}")
+    return _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts).sum(axis=(2, 3))
+
+
+def _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts):
+    """Boolean ``[B, Hm, query blocks, key blocks]``: the tile holds a visible pair."""
+    batch, heads, sk, _ = arr.shape
+    n_q, n_k = len(row_starts), len(key_starts)
     # difference array over query blocks: +1 where a visible piece starts touching, -1 after it
     diff = np.zeros((batch, heads, n_q + 1, n_k), dtype=np.int32)
-    bi, hi, kb = np.meshgrid(np.arange(batch), np.arange(heads), np.arange(sk) // block_k, indexing="ij")
+    key_block = np.searchsorted(key_starts, np.arange(sk), side="right") - 1
+    bi, hi, kb = np.meshgrid(np.arange(batch), np.arange(heads), key_block, indexing="ij")
     for a, b in _visible_pieces(arr, causal, seqlen_q):
         live = b > a
-        first_block = a // block
-        after_block = (b - 1) // block + 1
-        np.add.at(diff, (bi[live], hi[live], first_block[live], kb[live]), 1)
-        np.add.at(diff, (bi[live], hi[live], after_block[live], kb[live]), -1)
-    touched = np.cumsum(diff[:, :, :n_q], axis=2) > 0
-    return float(touched.mean())
+        first_block = np.searchsorted(row_starts, a[live], side="right") - 1
+        after_block = np.searchsorted(row_starts, b[live] - 1, side="right")
+        np.add.at(diff, (bi[live], hi[live], first_block, kb[live]), 1)
+        np.add.at(diff, (bi[live], hi[live], after_block, kb[live]), -1)
+    return np.cumsum(diff[:, :, :n_q], axis=2) > 0

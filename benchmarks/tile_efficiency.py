@@ -1,0 +1,107 @@
+"""Tile efficiency: how much of the work in the tiles a kernel visits is visible, for our fixed tile
+grids and for document-aligned grids, on kernel_bench.py's masks. Counts only (numpy, no GPU).
+
+    python benchmarks/tile_efficiency.py [--seqlens 8192 32768] [--masks document causal_document]
+
+A tile is visited when any of its (query, key) pairs is visible, and costs its whole area: the
+kernels compute every value of a visited tile and mask the rest. Efficiency = visible pairs /
+(visited tiles x tile area), the fraction of the tensor-core work a TFLOP/s-over-visible-pairs
+figure counts. Grids, per tile shape (query rows x keys):
+
+- fixed: tiles at multiples of the tile size, as our kernels run them;
+- keys aligned: key blocks restart at every document start (document_starts), query blocks fixed;
+- aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
+  sees when each document is a sequence of its own (its last tile in each document is short).
+  Square masks (Sq = Sk): the query rows share the key columns' document starts.
+
+Shapes: 64 x 128 (the Hopper backward at D = 128), 128 x 128 (the Hopper forward at D = 128) and
+80 x 128 (FA4's Hopper backward for documents at D = 128). Prints a table and writes
+benchmarks/results/tile_efficiency.json (command, commit, machine, date).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from flashmask_paddle import masks  # noqa: E402
+from flashmask_paddle.bench import provenance  # noqa: E402
+
+import kernel_bench  # noqa: E402  (its masks: documents drawn the same way, same seeds)
+
+SHAPES = ((64, 128), (128, 128), (80, 128))
+GRIDS = ("fixed", "keys aligned", "aligned")
+DOCUMENT_MASKS = ("causal_document", "document", "short_documents", "share_question", "prefix_lm_document")
+
+
+def document_starts(bounds: np.ndarray) -> np.ndarray:
+    """Where a document begins: the key columns whose first masked row below the diagonal (bound 0,
+    LTS: the end of the column's document in a packed row) differs from the column before; bounds is
+    one [Sk, C] slice. Meaningful for packed documents, where every column of a document shares it."""
+    change = bounds[1:, 0] != bounds[:-1, 0]
+    return np.concatenate([[0], np.flatnonzero(change) + 1]).astype(np.int64)
+
+
+def block_starts(length: int, block: int, segment_starts: np.ndarray | None) -> np.ndarray:
+    """Starts of blocks of `block` positions over [0, length), restarting at every segment start."""
+    if segment_starts is None:
+        return np.arange(0, length, block, dtype=np.int64)
+    ends = np.append(segment_starts[1:], length)
+    return np.concatenate([np.arange(s, e, block, dtype=np.int64) for s, e in zip(segment_starts, ends)])
+
+
+def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str) -> float:
+    """Visible pairs / visited tile area over every [Sk, C] slice of indices [B, Hm, Sk, C]."""
+    block_m, block_n = shape
+    work = 0
+    for slice_ in indices.reshape(-1, *indices.shape[2:]):
+        docs = document_starts(slice_)
+        rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
+        keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
+        work += int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,
+                                        key_starts=keys).sum()) * block_m * block_n
+    visible = int(masks.count_visible(indices, causal, seqlen_q).sum())
+    return visible / work if work else 0.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[8192, 32768])
+    ap.add_argument("--masks", nargs="+", default=list(DOCUMENT_MASKS), choices=kernel_bench.MASKS)
+    ap.add_argument("--tokens", type=int, default=32768, help="B = max(1, tokens // seqlen), as kernel_bench")
+    ap.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "tile_efficiency.json"))
+    args = ap.parse_args(argv)
+
+    rows = []
+    header = f"{'mask':<20}{'S':>7}  " + "  ".join(f"{m}x{n} {g:<12}" for m, n in SHAPES for g in GRIDS)
+    print(header)
+    for seqlen in args.seqlens:
+        batch = max(1, args.tokens // seqlen)
+        for name in args.masks:
+            mask = kernel_bench.build_mask(name, seqlen, batch)
+            cells = []
+            for shape in SHAPES:
+                for grid in GRIDS:
+                    eff = efficiency(mask.indices, mask.causal, seqlen, shape, grid)
+                    rows.append({"mask": name, "seqlen": seqlen, "batch": batch, "block_m": shape[0],
+                                 "block_n": shape[1], "grid": grid, "efficiency": round(eff, 4)})
+                    cells.append(f"{eff:>6.3f}{'':>12}")
+            print(f"{name:<20}{seqlen:>7}  " + "  ".join(cells), flush=True)
+    meta = provenance.record("tile_efficiency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                             f"{provenance.cpu_name()} (counts, no GPU)",
+                             dirty_paths=["benchmarks/tile_efficiency.py", "benchmarks/kernel_bench.py"])
+    Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""benchmarks/tile_efficiency.py: its block grids and efficiencies against the dense picture."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashmask_paddle import masks
+
+_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(_BENCH))
+_spec = importlib.util.spec_from_file_location("tile_efficiency", _BENCH / "tile_efficiency.py")
+tile_efficiency = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tile_efficiency)
+
+
+def _dense_efficiency(mask, seqlen, shape, rows, keys):
+    vis = masks.to_dense(mask)[0, 0]
+    rb = np.searchsorted(rows, np.arange(seqlen), side="right") - 1
+    kb = np.searchsorted(keys, np.arange(seqlen), side="right") - 1
+    tiles = {(rb[i], kb[j]) for i, j in zip(*np.nonzero(vis))}
+    return vis.sum() / (len(tiles) * shape[0] * shape[1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("grid", tile_efficiency.GRIDS)
+@pytest.mark.parametrize("builder", ["document", "causal_document", "prefix_lm_document"])
+def test_efficiency_matches_the_dense_picture(builder, grid, seed):
+    rng = np.random.default_rng(seed)
+    docs = [int(x) for x in rng.integers(5, 90, size=5)]
+    seqlen = sum(docs)
+    mask = (masks.prefix_lm_document(docs, [d // 3 for d in docs]) if builder == "prefix_lm_document"
+            else getattr(masks, builder)(docs))
+    starts = np.cumsum([0] + docs[:-1])
+    np.testing.assert_array_equal(tile_efficiency.document_starts(mask.indices[0, 0]), starts)
+    shape = (16, 32)
+    rows = tile_efficiency.block_starts(seqlen, shape[0], starts if grid == "aligned" else None)
+    keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid == "fixed" else starts)
+    got = tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid)
+    assert got == pytest.approx(_dense_efficiency(mask, seqlen, shape, rows, keys), rel=1e-12)
+
+
+def test_documents_on_tile_boundaries_waste_nothing_when_aligned():
+    mask = masks.document([128, 256])
+    for grid in tile_efficiency.GRIDS:
+        assert tile_efficiency.efficiency(mask.indices, False, 384, (64, 128), grid) == 1.0
+
+
+def test_main_writes_every_shape_and_grid(tmp_path):
+    out = tmp_path / "te.json"
+    assert tile_efficiency.main(["--seqlens", "1024", "--masks", "document", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {"command", "commit", "device", "date"} <= set(report["meta"])
+    assert len(report["rows"]) == len(tile_efficiency.SHAPES) * len(tile_efficiency.GRIDS)
+    assert all(0 < r["efficiency"] <= 1 for r in report["rows"])
