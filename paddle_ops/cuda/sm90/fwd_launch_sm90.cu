@@ -36,8 +36,9 @@ int block_m_of(const FwdParams& p) {
   // 128-position blocks a 192-row tile would straddle). H200, bf16, B*S = 32K, one process, fwd
   // TFLOP/s 128 -> 192 rows (benchmarks/results/kernel_h200_fwd_d64_192_ab.json): 8K full 454 / 457
   // -> 493 / 491, causal 443 / 440 -> 458 / 458 (persistent 128 rows), 32K causal 475 / 472 ->
-  // 495 / 494, GQA 16:4 8K causal 438 / 434 -> 470 / 468; 2K causal 385 / 382 -> 338 / 340, so
-  // causal rows shorter than kTallCausalRows keep the persistent 128-row kernel.
+  // 495 / 494, GQA 16:4 8K causal 438 / 434 -> 470 / 468, 6K causal 423 / 425 -> 437 / 436; 2K
+  // causal 385 / 382 -> 338 / 340 and 4K 412 / 407 -> 392 / 395, so causal rows shorter than
+  // kTallCausalRows keep the persistent 128-row kernel.
   const bool tall_fits = d == 64 && !p.mask_form.has_indices() && p.block_mask == nullptr;
   if (v != nullptr && std::strcmp(v, "192") == 0 && tall_fits) return 192;
   if (tall_fits && (!p.causal || p.seqlen_q >= sm90::kTallCausalRows)) return 192;
