@@ -9,7 +9,8 @@ kernels compute every value of a visited tile and mask the rest. Efficiency = vi
 figure counts. Grids, per tile shape (query rows x keys):
 
 - fixed: tiles at multiples of the tile size, as our kernels run them;
-- keys aligned: key blocks restart at every document start (document_starts), query blocks fixed;
+- keys aligned: key blocks restart at every document start (`masks.document_starts`: where the
+  mask is block diagonal), query blocks fixed;
 - aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
   sees when each document is a sequence of its own (its last tile in each document is short).
   Square masks (Sq = Sk): the query rows share the key columns' document starts.
@@ -42,14 +43,6 @@ GRIDS = ("fixed", "keys aligned", "aligned")
 DOCUMENT_MASKS = ("causal_document", "document", "short_documents", "share_question", "prefix_lm_document")
 
 
-def document_starts(bounds: np.ndarray) -> np.ndarray:
-    """Where a document begins: the key columns whose first masked row below the diagonal (bound 0,
-    LTS: the end of the column's document in a packed row) differs from the column before; bounds is
-    one [Sk, C] slice. Meaningful for packed documents, where every column of a document shares it."""
-    change = bounds[1:, 0] != bounds[:-1, 0]
-    return np.concatenate([[0], np.flatnonzero(change) + 1]).astype(np.int64)
-
-
 def block_starts(length: int, block: int, segment_starts: np.ndarray | None) -> np.ndarray:
     """Starts of blocks of `block` positions over [0, length), restarting at every segment start."""
     if segment_starts is None:
@@ -63,7 +56,7 @@ def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
     block_m, block_n = shape
     work = 0
     for slice_ in indices.reshape(-1, *indices.shape[2:]):
-        docs = document_starts(slice_)
+        docs = np.flatnonzero(masks.document_starts(slice_[None, None], causal, seqlen_q)[0, 0])
         rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
         keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
         work += int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,

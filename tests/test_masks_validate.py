@@ -97,6 +97,30 @@ def test_visited_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk,
                                   expect.sum(axis=(2, 3)))
 
 
+@FAST
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 40), forms)
+def test_document_starts_are_where_the_dense_picture_is_block_diagonal(seed, s, form):
+    causal, c = form
+    rng = np.random.default_rng(seed)
+    arr = random_indices(rng, 2, 2, s, s, causal, c)
+    if rng.integers(2):  # packed documents too, where the starts are not rare
+        docs = np.diff(np.unique(np.concatenate([[0, s], rng.integers(0, s, size=3)])))
+        arr = np.broadcast_to((masks.causal_document(docs) if causal else masks.document(docs)).indices,
+                              (2, 2, s, 2 if not causal else 1)).copy() if c in (1, 2) else arr
+    vis = masks.to_dense(arr, causal, s)
+    expect = np.array([[[j == 0 or not (vis[b, h, j:, :j].any() or vis[b, h, :j, j:].any()) for j in range(s)]
+                        for h in range(2)] for b in range(2)])
+    np.testing.assert_array_equal(masks.document_starts(arr, causal, s), expect)
+
+
+def test_document_starts_of_packed_masks():
+    assert np.flatnonzero(masks.document_starts(masks.document([3, 5, 2]))[0, 0]).tolist() == [0, 3, 8]
+    assert np.flatnonzero(masks.document_starts(masks.causal_document([3, 5, 2]))[0, 0]).tolist() == [0, 3, 8]
+    assert np.flatnonzero(masks.document_starts(masks.sliding_window(8, window_left=2))[0, 0]).tolist() == [0]
+    with pytest.raises(ValueError, match="Sq = Sk"):
+        masks.document_starts(masks.causal(4, 6).indices, True, 4)
+
+
 def test_visited_tiles_rejects_bad_block_starts():
     m = masks.causal(64)
     for rows in ([1, 8], [0, 8, 8], [0, 64], []):

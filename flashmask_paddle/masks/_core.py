@@ -152,6 +152,30 @@ def _visible_pieces(arr, causal, seqlen_q):
     return [(zero, s1), (e1, np.maximum(e1, s2)), (np.maximum(e1, e2), np.full_like(s1, seqlen_q))]
 
 
+def document_starts(mask_or_indices, causal: bool | None = None, seqlen_q: int | None = None) -> np.ndarray:
+    """Where the mask is block diagonal: bool ``[B, Hm, S]``, True at position j when no query row
+    at or after j sees a key before j and no query row before j sees a key at or after j (position 0
+    always). For packed documents these are the document starts, the sequence boundaries a varlen
+    kernel would take (cu_seqlens); a share-question group or a prefix-LM document is one block,
+    a sliding window or a single causal row has none past 0. Square masks only (Sq = Sk)."""
+    arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
+    if seqlen_q != arr.shape[2]:
+        raise ValueError(f"document_starts needs Sq = Sk, got Sq={seqlen_q}, Sk={arr.shape[2]}")
+    pieces = [(a, b) for a, b in _visible_pieces(arr, causal, seqlen_q)]
+    live = [b > a for a, b in pieces]
+    # per key column: first visible row (S if none) and one past the last (0 if none)
+    first = np.min([np.where(m, a, seqlen_q) for (a, _), m in zip(pieces, live)], axis=0)
+    end = np.max([np.where(m, b, 0) for (_, b), m in zip(pieces, live)], axis=0)
+    j = np.arange(seqlen_q)
+    # rows >= j see no key < j: the keys before j end by j; rows < j see no key >= j: those start at j
+    end_before = np.concatenate([np.zeros_like(end[..., :1]), np.maximum.accumulate(end, axis=-1)[..., :-1]],
+                                axis=-1)
+    first_from = np.minimum.accumulate(first[..., ::-1], axis=-1)[..., ::-1]
+    starts = (end_before <= j) & (first_from >= j)
+    starts[..., :1] = seqlen_q > 0
+    return starts
+
+
 def count_visible(mask_or_indices, causal: bool | None = None, seqlen_q: int | None = None) -> np.ndarray:
     """Number of visible (query, key) pairs per ``[B, Hm]`` without building the dense mask.
 
