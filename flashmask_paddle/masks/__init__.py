@@ -17,7 +17,8 @@ from .documents import causal_blockwise, causal_document, document, prefix_lm_do
 from .packing import from_segment_ids, pack_documents, pack_share_question
 
 __all__ = [
-    "ColumnMask", "validate", "to_dense", "picture", "tile_density", "visited_tiles", "document_starts", "count_visible", "bound_names",
+    "ColumnMask", "validate", "to_dense", "picture", "tile_density", "visited_tiles", "document_starts",
+    "count_visible", "bound_names",
     "full", "causal", "sliding_window", "causal_document", "document", "share_question",
     "global_sliding_window", "causal_blockwise", "prefix_lm_document", "prefix_lm_causal",
     "qk_sparse", "random_eviction",
