@@ -119,9 +119,6 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShap
     launch_fwd<Element, kHeadDim, 128, false, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
     return;
   }
-  // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
-  // shape (fwd_shape() never asks): Q, K and V would not leave room for a second CTA on the SM,
-  // which is what that shape is for.
   // 192 rows: head_dim 64 without indices, one tile per CTA (fwd_shape()).
   if constexpr (kHeadDim == 64) {
     if (block_m == 192 && !persistent) {
@@ -129,6 +126,9 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShap
       return;
     }
   }
+  // At head_dim 256 the 128-row kernel has no room for a second Q stage, and there is no 64-row
+  // shape (fwd_shape() never asks): Q, K and V would not leave room for a second CTA on the SM,
+  // which is what that shape is for.
   if constexpr (kHeadDim <= 128) {
     if (block_m == 64) {
       persistent ? launch_fwd<Element, kHeadDim, 64, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream)
