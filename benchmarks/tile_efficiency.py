@@ -51,12 +51,21 @@ def block_starts(length: int, block: int, segment_starts: np.ndarray | None) -> 
     return np.concatenate([np.arange(s, e, block, dtype=np.int64) for s, e in zip(segment_starts, ends)])
 
 
-def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str) -> float:
-    """Visible pairs / visited tile area over every [Sk, C] slice of indices [B, Hm, Sk, C]."""
+def slice_document_starts(indices: np.ndarray, causal: bool, seqlen_q: int) -> list[np.ndarray]:
+    """The document starts of every [Sk, C] slice of indices [B, Hm, Sk, C], in slice order."""
+    starts = masks.document_starts(indices, causal, seqlen_q)
+    return [np.flatnonzero(s) for s in starts.reshape(-1, starts.shape[-1])]
+
+
+def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
+               documents: list[np.ndarray] | None = None) -> float:
+    """Visible pairs / visited tile area over every [Sk, C] slice of indices [B, Hm, Sk, C];
+    documents: slice_document_starts(indices, ...) where the caller has them already."""
     block_m, block_n = shape
+    if documents is None:
+        documents = slice_document_starts(indices, causal, seqlen_q)
     work = 0
-    for slice_ in indices.reshape(-1, *indices.shape[2:]):
-        docs = np.flatnonzero(masks.document_starts(slice_[None, None], causal, seqlen_q)[0, 0])
+    for slice_, docs in zip(indices.reshape(-1, *indices.shape[2:]), documents):
         rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
         keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
         work += int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,
@@ -80,10 +89,11 @@ def main(argv=None) -> int:
         batch = max(1, args.tokens // seqlen)
         for name in args.masks:
             mask = kernel_bench.build_mask(name, seqlen, batch)
+            documents = slice_document_starts(mask.indices, mask.causal, seqlen)
             cells = []
             for shape in SHAPES:
                 for grid in GRIDS:
-                    eff = efficiency(mask.indices, mask.causal, seqlen, shape, grid)
+                    eff = efficiency(mask.indices, mask.causal, seqlen, shape, grid, documents)
                     rows.append({"mask": name, "seqlen": seqlen, "batch": batch, "block_m": shape[0],
                                  "block_n": shape[1], "grid": grid, "efficiency": round(eff, 4)})
                     cells.append(f"{eff:>6.3f}{'':>12}")

@@ -161,7 +161,7 @@ def document_starts(mask_or_indices, causal: bool | None = None, seqlen_q: int |
     arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
     if seqlen_q != arr.shape[2]:
         raise ValueError(f"document_starts needs Sq = Sk, got Sq={seqlen_q}, Sk={arr.shape[2]}")
-    pieces = [(a, b) for a, b in _visible_pieces(arr, causal, seqlen_q)]
+    pieces = list(_visible_pieces(arr, causal, seqlen_q))
     live = [b > a for a, b in pieces]
     # per key column: first visible row (S if none) and one past the last (0 if none)
     first = np.min([np.where(m, a, seqlen_q) for (a, _), m in zip(pieces, live)], axis=0)
