@@ -8,7 +8,10 @@ kernels compute every value of a visited tile and mask the rest. Efficiency = vi
 (visited tiles x tile area), the fraction of the tensor-core work a TFLOP/s-over-visible-pairs
 figure counts. Grids, per tile shape (query rows x keys):
 
-- fixed: tiles at multiples of the tile size, as our kernels run them;
+- fixed: tiles at multiples of the tile size, as our forward runs them;
+- keys at long documents: key blocks restart at the starts of documents at least one key block
+  long, query blocks fixed: our Hopper backward's grid (`paddle_ops/cuda/key_blocks.cuh`; the
+  fixed blocks where that would need more than the fixed count plus a quarter);
 - keys aligned: key blocks restart at every document start (`masks.document_starts`: where the
   mask is block diagonal), query blocks fixed;
 - aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
@@ -39,7 +42,7 @@ from flashmask_paddle.bench import provenance  # noqa: E402
 import kernel_bench  # noqa: E402  (its masks: documents drawn the same way, same seeds)
 
 SHAPES = ((64, 128), (128, 128), (80, 128))
-GRIDS = ("fixed", "keys aligned", "aligned")
+GRIDS = ("fixed", "keys at long documents", "keys aligned", "aligned")
 DOCUMENT_MASKS = ("causal_document", "document", "short_documents", "share_question", "prefix_lm_document")
 
 
@@ -49,6 +52,17 @@ def block_starts(length: int, block: int, segment_starts: np.ndarray | None) -> 
         return np.arange(0, length, block, dtype=np.int64)
     ends = np.append(segment_starts[1:], length)
     return np.concatenate([np.arange(s, e, block, dtype=np.int64) for s, e in zip(segment_starts, ends)])
+
+
+def long_document_key_starts(documents: np.ndarray, length: int, block: int) -> np.ndarray:
+    """Key block starts of our Hopper backward over one row whose document starts are `documents`
+    (ascending, 0 first): restarts at documents of at least `block` keys only, and the fixed blocks
+    where that needs more than the plan's slots (the fixed count plus a quarter)."""
+    ends = np.append(documents[1:], length)
+    restarts = np.union1d([0], documents[ends - documents >= block]).astype(np.int64)  # key 0 always starts
+    starts = block_starts(length, block, restarts)
+    fixed = -(-length // block)
+    return starts if len(starts) <= fixed + (fixed + 3) // 4 else block_starts(length, block, None)
 
 
 def slice_document_starts(indices: np.ndarray, causal: bool, seqlen_q: int) -> list[np.ndarray]:
@@ -67,7 +81,10 @@ def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
     work = 0
     for slice_, docs in zip(indices.reshape(-1, *indices.shape[2:]), documents):
         rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
-        keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
+        if grid == "keys at long documents":
+            keys = long_document_key_starts(docs, slice_.shape[0], block_n)
+        else:
+            keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
         work += int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,
                                         key_starts=keys).sum()) * block_m * block_n
     visible = int(masks.count_visible(indices, causal, seqlen_q).sum())

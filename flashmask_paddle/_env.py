@@ -62,6 +62,11 @@ VARIABLES = (
              "group after the other (1: key-block major over all slices; the slice count: slice by "
              "slice); tuning.",
              "paddle_ops/cuda/bwd_launch.cu"),
+    Variable("FLASHMASK_BWD_DOCUMENT_BLOCKS", "(auto)",
+             "Key blocks of the Hopper backward restarting at packed documents' starts (index masks, "
+             "Sq = Sk): by default at head_dim 128; 1 at every head dim, 0 never (blocks at multiples "
+             "of the block size; tuning and tests).",
+             "paddle_ops/cuda/key_blocks.cu"),
     Variable("FLASHMASK_LOG_PATH", "(unset)",
              "When set, the Hopper launchers print which kernel path a call takes (once).",
              "paddle_ops/cuda/sm90/*_launch_sm90.cu"),

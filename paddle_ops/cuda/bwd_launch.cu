@@ -53,10 +53,16 @@ void validate_tensors(const BwdParams& p) {
   for (int i = 0; i < 8; ++i) require_vector_rows(*views[i], names[i]);
 }
 
-// The backward's mask plan is its block bounds, read by both paths at the workspace grid's key block
-// (bwd_tile_shape.h).
-int32_t plan_block_n(const BwdParams& p) {
-  return workspace_grid(cuda_kernel_head_dim(p.head_dim, p.head_dim_v)).block_n;
+// The backward's mask plan (bwd_workspace.h): the block bounds at the workspace grid's key block
+// (bwd_tile_shape.h), read by both paths, and the document-aligned key blocks where the Hopper
+// backward takes them (key_blocks.cuh).
+PlanLayout plan_layout(const BwdParams& p) {
+  PlanLayout layout;
+  layout.block_n = workspace_grid(cuda_kernel_head_dim(p.head_dim, p.head_dim_v)).block_n;
+#if FLASHMASK_HAS_SM90
+  layout.document_blocks = document_key_blocks_apply(p) && bwd_sm90_selected(p);
+#endif
+  return layout;
 }
 
 }  // namespace
@@ -71,7 +77,8 @@ int32_t plan_block_n(const BwdParams& p) {
 constexpr int kKeyBlockSliceGroups = 4;
 
 dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
-  if (ws.n_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128
+  const int32_t key_blocks = ws.key_blocks.ranges != nullptr ? ws.key_blocks.slots : ws.n_blocks;
+  if (key_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128 (6.7M with document blocks)
     throw std::invalid_argument("flashmask backward: seqlen_k too long for the key-block grid (" +
                                 std::to_string(p.seqlen_k) + " keys)");
   int groups = kKeyBlockSliceGroups;
@@ -79,40 +86,46 @@ dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
   if (v != nullptr && *v != '\0') groups = std::max(1, std::atoi(v));
   const int slices = p.heads_k * p.batch;
   const int per_group = (slices + groups - 1) / groups;
-  return dim3(unsigned(per_group), unsigned(ws.n_blocks), unsigned((slices + per_group - 1) / per_group));
+  return dim3(unsigned(per_group), unsigned(key_blocks), unsigned((slices + per_group - 1) / per_group));
 }
 
 }  // namespace bwd
 
 MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
   bwd::validate(params);
-  const int32_t block_n = bwd::plan_block_n(params);
-  return {align_up(block_bounds_bytes(params, block_n)),
-          mask_plan_key(params, PlanDirection::kBackward, {block_n})};
+  const bwd::PlanLayout layout = bwd::plan_layout(params);
+  return {align_up(layout.bytes(params)),
+          mask_plan_key(params, PlanDirection::kBackward, {layout.block_n, int64_t(layout.document_blocks)})};
 }
 
 void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t stream) {
   bwd::validate(params);
   if (plan == nullptr) throw ArgError("flashmask build_bwd_plan_cuda: plan is null");
-  launch_block_bounds(params, bwd::plan_block_n(params), static_cast<BlockBounds*>(plan), stream);
+  const bwd::PlanLayout layout = bwd::plan_layout(params);
+  bwd::Workspace carved;
+  layout.carve(params, plan, &carved);
+  launch_block_bounds(params, layout.block_n, const_cast<BlockBounds*>(carved.bounds), stream);
+  if (layout.document_blocks)
+    build_document_key_blocks(params, layout.block_n, const_cast<int2*>(carved.key_blocks.ranges), stream);
 }
 
 size_t bwd_workspace_bytes_cuda(const BwdParams& params, bool with_plan) {
   bwd::validate(params);
-  return bwd::carve_workspace(params, nullptr, nullptr, with_plan);
+  return bwd::carve_workspace(params, bwd::plan_layout(params), nullptr, nullptr, with_plan);
 }
 
 void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream, MaskPlan plan) {
   bwd::validate(params);
   bwd::validate_tensors(params);
   bwd::require(workspace != nullptr, "workspace must hold bwd_workspace_bytes_cuda(params) bytes");
+  const bwd::PlanLayout layout = bwd::plan_layout(params);
   bwd::Workspace ws;
-  bwd::carve_workspace(params, workspace, &ws, plan.data != nullptr);
+  bwd::carve_workspace(params, layout, workspace, &ws, plan.data != nullptr);
   if (plan.data == nullptr) {
     build_bwd_plan_cuda(params, const_cast<BlockBounds*>(ws.bounds), stream);  // in the workspace
   } else {
     check_plan_key(plan, bwd_plan_size_cuda(params).key, "flashmask run_bwd_cuda");
-    ws.bounds = static_cast<const BlockBounds*>(plan.data);
+    layout.carve(params, plan.data, &ws);
   }
 #if FLASHMASK_HAS_SM90
   if (bwd_sm90_selected(params)) return run_bwd_sm90(params, ws, stream);

@@ -16,6 +16,30 @@ __device__ __forceinline__ BlockBounds key_block_bounds(const BwdParams& p, cons
   return ws.bounds[int64_t(ws.slices.index(p, b, head_q)) * ws.n_blocks + n_block];
 }
 
+// The keys [first, end) of one CTA of the Hopper backward: key block `index` of its batch row, at
+// multiples of block_n or, with the plan's document-aligned blocks (key_blocks.cuh), the range of
+// slot `index` (empty for the slots a row does not use).
+struct KeyBlock {
+  int32_t index, first, end;
+  __device__ __forceinline__ bool empty() const { return first >= end; }
+};
+
+__device__ __forceinline__ KeyBlock key_block_of(const BwdParams& p, const Workspace& ws, int b, int index,
+                                                 int block_n) {
+  if (ws.key_blocks.ranges != nullptr) {
+    const int2 range = ws.key_blocks.ranges[int64_t(b) * ws.key_blocks.slots + index];
+    return {index, range.x, range.y};
+  }
+  return {index, index * block_n, min((index + 1) * block_n, p.seqlen_k)};
+}
+
+__device__ __forceinline__ BlockBounds key_block_bounds(const BwdParams& p, const Workspace& ws, int b,
+                                                        int head_q, const KeyBlock& kb) {
+  if (ws.key_blocks.ranges != nullptr)
+    return ws.key_blocks.bounds[int64_t(ws.slices.index(p, b, head_q)) * ws.key_blocks.slots + kb.index];
+  return key_block_bounds(p, ws, b, head_q, kb.index);
+}
+
 // This head's [Sk, C] slice of startend_row_indices, or nullptr when the call has none.
 __device__ __forceinline__ const int32_t* mask_slice_or_null(const BwdParams& p, int b, int head_q) {
   return p.mask_form.has_indices() ? p.mask_slice(b, head_q) : nullptr;

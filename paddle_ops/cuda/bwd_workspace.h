@@ -5,10 +5,11 @@
 //
 //   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0)
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
-//   bounds    BlockBounds [slices, n_blocks] per key block min/max of the four column bounds, built
-//             by preprocess.cuh's launch_block_bounds (shared with the forward) at the grid's
-//             block_n: the
-//             backward's mask plan, here unless the call brings its own
+//   plan      the backward's mask plan, here unless the call brings its own (PlanLayout below):
+//             bounds, BlockBounds [slices, n_blocks] per key block min/max of the four column
+//             bounds (preprocess.cuh's launch_block_bounds, shared with the forward) at the grid's
+//             block_n; then, where the Hopper backward runs on document-aligned key blocks, those
+//             blocks and their bounds (key_blocks.cuh)
 //   dq_accum  float [B, Hq, Sq_pad, Dk]  fp32 dQ over the kernel's Dk columns (cuda_kernel_head_dim;
 //             atomic mode only, absent when deterministic). Each
 //             block_m x D tile is stored in MMA-thread order, not row-major (dq_accum_index in
@@ -23,6 +24,7 @@
 #include "flashmask/check.h"
 #include "flashmask/params.h"
 #include "bwd_tile_shape.h"
+#include "key_blocks.cuh"
 #include "preprocess.cuh"
 
 namespace flashmask {
@@ -32,6 +34,7 @@ struct Workspace {
   float* lse_log2 = nullptr;
   float* dpsum = nullptr;
   const BlockBounds* bounds = nullptr;  // bounds[slices.index(p, b, head_q) * n_blocks + n_block]
+  KeyBlocks key_blocks;                 // the Hopper backward's CTAs, where document-aligned
   MaskSlices slices;
   float* dq_accum = nullptr;      // nullptr in deterministic mode
   int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple
@@ -40,9 +43,28 @@ struct Workspace {
 
 inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
+// What the backward's mask plan holds: the bounds of the fixed key blocks of block_n keys (read by
+// every path) and, with document_blocks, the Hopper backward's document-aligned key blocks.
+struct PlanLayout {
+  int32_t block_n = 0;
+  bool document_blocks = false;
+
+  size_t bytes(const BwdParams& p) const {
+    return align256(block_bounds_bytes(p, block_n)) + (document_blocks ? document_key_blocks_bytes(p, block_n) : 0);
+  }
+  // Points the workspace's plan fields into `base` (bytes(p) bytes).
+  void carve(const BwdParams& p, const void* base, Workspace* ws) const {
+    ws->bounds = static_cast<const BlockBounds*>(base);
+    if (document_blocks)
+      ws->key_blocks = carve_document_key_blocks(p, block_n,
+                                                 static_cast<const char*>(base) + align256(block_bounds_bytes(p, block_n)));
+  }
+};
+
 // Lays the regions out from `base` (nullptr: only count). Returns the total byte count. With
-// `bounds_in_plan` the block bounds are left out (they come from the call's mask plan, launch.h).
-inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws, bool bounds_in_plan = false) {
+// `plan_in_call` the plan is left out (it comes with the call, launch.h; PlanLayout::carve).
+inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* base, Workspace* ws,
+                              bool plan_in_call = false) {
   const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
   const WorkspaceGrid g = workspace_grid(kernel_dim);
   const int64_t sq_pad = (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple;
@@ -60,7 +82,10 @@ inline size_t carve_workspace(const BwdParams& p, void* base, Workspace* ws, boo
   w.lse_log2 = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.slices = MaskSlices::of(p);
-  if (!bounds_in_plan) w.bounds = reinterpret_cast<BlockBounds*>(take(block_bounds_bytes(p, g.block_n)));
+  if (!plan_in_call) {
+    void* at = take(plan.bytes(p));
+    if (at != nullptr) plan.carve(p, at, &w);
+  }
   if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
   if (ws) *ws = w;
   return off;

@@ -22,10 +22,12 @@ __device__ __forceinline__ int32_t warp_max(int32_t v) {
   return v;
 }
 
-// One warp per (slice, key block): lanes stride over the block's columns, then reduce.
+// One warp per (slice, key block): lanes stride over the block's columns, then reduce. Key block
+// n_block is columns [n_block * block_n, + block_n), or with `ranges` (key_blocks.cuh) the range
+// of slot n_block of the slice's batch row, skipped when empty.
 __global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t block_n,
                                     int32_t num_n_blocks, BlockBounds* bounds,
-                                    ColumnBounds* columns) {
+                                    ColumnBounds* columns, const int2* ranges) {
   const int32_t n_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;
@@ -34,9 +36,15 @@ __global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t bloc
       p.mask_form.has_indices()
           ? p.startend_row_indices + (int64_t)slice * p.seqlen_k * p.mask_form.num_cols
           : nullptr;
-  const int32_t col_begin = n_block * block_n;
-  const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
-  // Each lane starts from a real column of the block (col_begin exists: n_block < num_n_blocks).
+  int32_t col_begin = n_block * block_n;
+  int32_t col_end = min(col_begin + block_n, p.seqlen_k);
+  if (ranges != nullptr) {
+    const int2 range = ranges[(int64_t)(slice / slices.heads) * num_n_blocks + n_block];
+    if (range.x >= range.y) return;
+    col_begin = range.x;
+    col_end = range.y;
+  }
+  // Each lane starts from a real column of the block (the block is not empty).
   ColumnBounds* slice_columns = columns != nullptr ? columns + (int64_t)slice * p.seqlen_k : nullptr;
   const ColumnBounds first =
       load_column_bounds(indices, min(col_begin + lane, col_end - 1), p.mask_form, p.seqlen_q);
@@ -172,8 +180,18 @@ void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bound
   if (num_n_blocks == 0) return;
   const dim3 grid((unsigned)ceil_div(num_n_blocks, kWarpsPerCta), (unsigned)slices.count());
   block_bounds_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(p, slices, block_n, num_n_blocks,
-                                                               bounds, columns);
+                                                               bounds, columns, nullptr);
   FM_CHECK_LAUNCH("block_bounds_kernel");
+}
+
+void launch_range_bounds(const FwdParams& p, const int2* ranges, int32_t slots, BlockBounds* bounds,
+                         cudaStream_t stream) {
+  const MaskSlices slices = MaskSlices::of(p);
+  if (slots == 0 || p.seqlen_k == 0) return;
+  const dim3 grid((unsigned)ceil_div(slots, kWarpsPerCta), (unsigned)slices.count());
+  block_bounds_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(p, slices, /*block_n=*/0, slots, bounds,
+                                                               nullptr, ranges);
+  FM_CHECK_LAUNCH("block_bounds_kernel (ranges)");
 }
 
 FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base) {

@@ -75,6 +75,11 @@ void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bound
                          ColumnBounds* columns = nullptr);
 size_t column_bounds_bytes(const FwdParams& p);  // 0 without startend_row_indices
 
+// The same bounds over arbitrary key blocks: bounds[slice * slots + i] for the columns
+// ranges[b * slots + i] of the slice's batch row b (key_blocks.cuh); empty ranges are skipped.
+void launch_range_bounds(const FwdParams& p, const int2* ranges, int32_t slots, BlockBounds* bounds,
+                         cudaStream_t stream);
+
 // Workspace of the forward preprocessing: bounds, list entries, counts, normalised column bounds.
 size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n);
 

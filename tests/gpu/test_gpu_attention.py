@@ -232,6 +232,59 @@ def test_long_row_of_documents_matches_each_document_alone():
     check_documents_one_by_one(docs, heads_q=2, heads_k=1, head_dim=128, dtype="bf16", seed=SEED + 65537)
 
 
+def _document_rows(rng, s, rows, block, long_share=0.7):
+    """Rows of packed documents for the backward's document-aligned key blocks: long documents
+    (past one key block, at lengths no block size divides) between short ones, then padding."""
+    out = []
+    for _ in range(rows):
+        lens, left = [], s - int(rng.integers(0, 40))
+        while left > 0:
+            n = int(rng.integers(block + 1, 5 * block + 7)) if rng.random() < long_share else int(rng.integers(1, 60))
+            lens.append(min(n, left))
+            left -= lens[-1]
+        out.append(lens)
+    return out
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
+# D = 128 by default, the other head dims switched on (the default leaves them fixed).
+@pytest.mark.parametrize("head_dim,switch", [(64, "1"), (128, None), (256, "1")], ids=["D64", "D128", "D256"])
+@pytest.mark.parametrize("name", ["causal_documents", "documents", "share_question", "prefix_lm_document",
+                                  "heads_differ", "over_budget"])
+def test_document_aligned_key_blocks(name, head_dim, switch, deterministic, monkeypatch):
+    """The Hopper backward restarts its key blocks at documents at least one block long (128 keys,
+    64 at D = 256): blocks that end before the next one's keys (their dK / dV rows stored without
+    TMA), short documents inside a block, padding, rows of a batch with different documents, mask
+    heads whose documents differ (only the starts they share count), and rows needing more blocks
+    than the plan has slots (every document 1 key past a block: the fixed blocks stay). By default
+    only D = 128 takes them; FLASHMASK_BWD_DOCUMENT_BLOCKS=1 every head dim."""
+    if switch is not None:
+        monkeypatch.setenv("FLASHMASK_BWD_DOCUMENT_BLOCKS", switch)
+    rng = np.random.default_rng(SEED + 23 + head_dim)
+    s, block = 2011, 64 if head_dim == 256 else 128
+    heads_q, heads_k = 4, 2
+    if name in ("causal_documents", "documents"):
+        idx, causal = masks.pack_documents(_document_rows(rng, s, 2, block), s, causal=name == "causal_documents")
+    elif name == "share_question":
+        groups = [[(int(rng.integers(block + 1, 2 * block)), [int(rng.integers(5, block)) for _ in range(2)])
+                   for _ in range(3)] for _ in range(2)]
+        idx, causal = masks.pack_share_question(groups, s)
+    elif name == "prefix_lm_document":
+        docs = _document_rows(rng, s, 1, block)[0]
+        docs[-1] += s - sum(docs)
+        idx, causal = masks.prefix_lm_document(docs, [int(rng.integers(0, d + 1)) for d in docs])
+    elif name == "heads_differ":  # the second mask head splits some of the first one's documents
+        docs = _document_rows(rng, s, 2, block)
+        split = [[piece for d in row for piece in ((d // 2, d - d // 2) if d > 2 * block else (d,))] for row in docs]
+        first, causal = masks.pack_documents(docs, s)
+        idx = np.concatenate([first, masks.pack_documents(split, s).indices], axis=1)
+    else:
+        idx, causal = masks.pack_documents([[block + 1] * (s // (block + 1)), [block + 1] * 3], s)
+    check(Case(batch=idx.shape[0], seqlen_q=s, seqlen_k=s, heads_q=heads_q, heads_k=heads_k, head_dim=head_dim,
+               dtype="bf16", causal=causal, indices=np.ascontiguousarray(idx), deterministic=deterministic,
+               seed=SEED + 23 + head_dim))
+
+
 def test_fully_masked_rows_give_zero_output_minus_inf_lse_zero_grads():
     s = 300
     rng = np.random.default_rng(SEED + 3)

@@ -10,16 +10,22 @@ script proves the kernels ran (exit 1 otherwise).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+# Square index masks take the backward's document-aligned key blocks at every head dim, not only
+# where they are the default (D = 128), so that each head dim's code for them runs here.
+os.environ.setdefault("FLASHMASK_BWD_DOCUMENT_BLOCKS", "1")
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # philox_numpy: the keep mask, independently of the kernels
 
+from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.testing.cases import FORMS, Case, random_bounds  # noqa: E402
 from flashmask_paddle.testing.tolerance import compare, failures, reference  # noqa: E402
 from flashmask_paddle.testing.torch_binding import (  # noqa: E402
@@ -55,6 +61,13 @@ def cases():
     # Head dim 64, dense: the 192-row forward (three consumer warpgroups), three tiles, Sq != Sk.
     yield Case(batch=1, seqlen_q=450, seqlen_k=333, heads_q=4, heads_k=2, head_dim=64, dtype="bf16",
                causal=False, seed=180)
+    # Packed documents: the backward's document-aligned key blocks (at every head dim here, see the
+    # top), some ending before the next block's keys (dK / dV stored without TMA), at D = 128 (128
+    # keys) and D = 256 (64 keys).
+    docs = masks.pack_documents([[140, 30, 200, 9, 133], [300, 190]], 521)
+    for i, d in enumerate((128, 256)):
+        yield Case(batch=2, seqlen_q=521, seqlen_k=521, heads_q=4, heads_k=2, head_dim=d, dtype="bf16",
+                   causal=True, indices=docs.indices, seed=190 + i, deterministic=i == 1)
     for i, (d, dv) in enumerate([(96, 40), (192, 128), (40, 256)]):  # padded columns, Dv != D
         yield Case(batch=1, seqlen_q=131, seqlen_k=75, heads_q=4, heads_k=2, head_dim=d, head_dim_v=dv,
                    dtype="bf16", causal=i % 2 == 0, indices=random_bounds(rng, FORMS[i], 1, 2, 131, 75),

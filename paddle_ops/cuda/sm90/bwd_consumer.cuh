@@ -37,7 +37,7 @@ template <class Traits, bool kWriteDq, bool kDropout>
 __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>& kp,
                                                   typename Traits::SharedStorage& smem,
                                                   typename Traits::Pipeline& pipeline_q,
-                                                  typename Traits::Pipeline& pipeline_do, int32_t n_block,
+                                                  typename Traits::Pipeline& pipeline_do, const bwd::KeyBlock& kb,
                                                   int32_t head_k, int32_t b) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -101,10 +101,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   clear(acc_dk);
   clear(acc_dv);
 
-  const int32_t key0 = n_block * kBlockN + key_slice * kWGKeys;  // first key of this warpgroup
+  const int32_t key0 = kb.first + key_slice * kWGKeys;  // first key of this warpgroup
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
-  // This thread's keys' column bounds, reloaded when the head's mask slice changes. Keys >= Sk
-  // mask every row.
+  // This thread's keys' column bounds, reloaded when the head's mask slice changes. Keys past the
+  // block's end (Sk, or the next document-aligned block's first key) mask every row.
   ColumnBounds columns[kRows];
   const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
   int32_t loaded_head = -1;
@@ -154,7 +154,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < kRows; ++i) {
           const int32_t key = key0 + get<0>(coord(i, 0));
-          columns[i] = key < p.seqlen_k ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
+          columns[i] = key < kb.end ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
                                         : ColumnBounds{0, INT32_MAX, 0, 0};
         }
         loaded_slice = slice;
@@ -293,10 +293,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
     }
   } else {
-    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, visit_kind);
+    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, visit_kind);
   }
 
-  store_dkdv<Traits>(kp, smem, acc_dk, acc_dv, mma_dkv, tidx, key_slice, col_slice, n_block, head_k, b);
+  store_dkdv<Traits>(kp, smem, acc_dk, acc_dv, mma_dkv, tidx, key_slice, col_slice, kb, head_k, b);
 }
 
 }  // namespace sm90

@@ -27,12 +27,12 @@ __device__ __forceinline__ float* dq_buffer(typename Traits::SharedStorage& smem
 // w's partial only after the other's, which chained the two warpgroups every step.
 template <class Traits>
 __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& smem,
-                                         int32_t n_block, int32_t head_k, int32_t b, int w) {
+                                         const bwd::KeyBlock& kb, int32_t head_k, int32_t b, int w) {
   constexpr uint32_t kBytes = Traits::kDqChunks * Traits::kDqChunkElems * sizeof(float);
   const bool leader = threadIdx.x % 32 == 0;
   bool first = true;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
-      kp.p, kp.ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool) {
+      kp.p, kp.ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool) {
         // The buffer is free once the reduce issued from it one step ago has read it.
         if (leader && !first) cute::tma_store_wait<0>();
         __syncwarp();

@@ -13,10 +13,43 @@
 #include "flashmask/params.h"
 #include "bwd_barriers.cuh"
 #include "bwd_params.cuh"
+#include "../bwd_tile_range.cuh"
 #include "fwd_layout.cuh"
 
 namespace flashmask {
 namespace sm90 {
+
+// A key block that ends before both kBlockN rows and Sk (a document-aligned block followed by the
+// next one's keys, ../key_blocks.cuh) leaves without TMA, which would also write the rows past its
+// end: every consumer thread copies 16-byte pieces of its rows from shared memory.
+template <class Traits, class SmemTile>
+__device__ __forceinline__ void store_block_rows(const TensorView& t, int32_t cols, SmemTile const& s_tile,
+                                                 int32_t first_key, int32_t rows, int32_t head_k, int32_t b) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kVecs = Traits::kHeadDim * int(sizeof(Element)) / 16;  // 16-byte pieces per row
+  static_assert(Traits::kConsumerThreads % kVecs == 0, "whole rows per pass");
+  Element* rows_ptr = static_cast<Element*>(t.data) + int64_t(b) * t.batch_stride + int64_t(first_key) * t.row_stride +
+                      int64_t(head_k) * t.head_stride;
+  Tensor g = make_tensor(make_gmem_ptr(rows_ptr), make_shape(Int<Traits::kBlockN>{}, Int<Traits::kHeadDim>{}),
+                         make_stride(t.row_stride, _1{}));
+  auto copy_rows = make_tiled_copy(
+      Copy_Atom<UniversalCopy<uint128_t>, Element>{},
+      Layout<Shape<Int<Traits::kConsumerThreads / kVecs>, Int<kVecs>>, Stride<Int<kVecs>, _1>>{},
+      Layout<Shape<_1, Int<16 / int(sizeof(Element))>>>{});
+  auto thr = copy_rows.get_thread_slice(threadIdx.x - 128);
+  Tensor ts = thr.partition_S(s_tile);
+  Tensor tg = thr.partition_D(g);
+  Tensor tc = thr.partition_D(make_identity_tensor(make_shape(Int<Traits::kBlockN>{}, Int<Traits::kHeadDim>{})));
+  CUTLASS_PRAGMA_UNROLL
+  for (int m = 0; m < size<1>(ts); ++m) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < size<2>(ts); ++k) {
+      // Head dims are multiples of 8 elements (check.h): a piece is wholly in or out.
+      if (get<0>(tc(0, m, k)) < rows && get<1>(tc(0, m, k)) < cols) cute::copy(copy_rows, ts(_, m, k), tg(_, m, k));
+    }
+  }
+}
 
 // dK (times softmax_scale) and dV through shared memory: once both warpgroups' wgmmas have retired
 // (the other warpgroup's dQ and, at D = 256, its S^T still read this warpgroup's K rows), each
@@ -27,7 +60,7 @@ template <class Traits, class Acc, class TiledMma>
 __device__ __forceinline__ void store_dkdv(const BwdKernelParams<Traits>& kp,
                                            typename Traits::SharedStorage& smem, Acc const& acc_dk,
                                            Acc const& acc_dv, TiledMma const& mma_dkv, int tidx, int key_slice,
-                                           int col_slice, int32_t n_block, int32_t head_k, int32_t b) {
+                                           int col_slice, const bwd::KeyBlock& kb, int32_t head_k, int32_t b) {
   using namespace cute;
   using Element = typename Traits::Element;
   const BwdParams& p = kp.p;
@@ -47,13 +80,21 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams<Traits>& kp,
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDkdvStaged);
   cute::copy(r2s, thr_r2s.retile_S(dk16), thr_r2s.partition_D(sdKw));
   cute::copy(r2s, thr_r2s.retile_S(dv16), thr_r2s.partition_D(sdVw));
+  const int32_t rows = kb.end - kb.first;
+  if (rows < Traits::kBlockN && kb.end < p.seqlen_k) {
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDkdvStaged);
+    store_block_rows<Traits>(p.dk, p.head_dim, sK, kb.first, rows, head_k, b);
+    store_block_rows<Traits>(p.dv, p.head_dim_v, sV, kb.first, rows, head_k, b);
+    return;
+  }
   cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDkdvStaged);
   if (threadIdx.x == 128) {
     const auto k_tile = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{};
     auto store = [&](auto const& tma, auto const& s_tile, int32_t cols) {  // cols: D or Dv
       Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_k, cols, p.heads_k, p.batch));
-      Tensor g = local_tile(m(_, _, head_k, b), k_tile, make_coord(n_block, _0{}));
+      Tensor g = local_tile(domain_offset(make_coord(kb.first, _0{}), m(_, _, head_k, b)), k_tile,
+                            make_coord(_0{}, _0{}));
       auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(s_tile), group_modes<0, 2>(g));
       cute::copy(tma, ts, tg);
     };

@@ -1,4 +1,5 @@
-// The sm90a FlashMask backward kernel: one CTA per (key block, head_k, batch), one producer
+// The sm90a FlashMask backward kernel: one CTA per (key block, head_k, batch) (key blocks at
+// multiples of kBlockN or document-aligned: bwd_tile_range.cuh's KeyBlock), one producer
 // warpgroup (TMA) and one or two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
 // The CTA visits only the tiles of its key block that are not fully masked (bwd_tiles.cuh).
 // kWriteDq = false (deterministic mode) leaves dQ to the portable deterministic kernel. Where the
@@ -27,7 +28,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
   const int warp_group = threadIdx.x / 128;
   const bwd::KeyBlockCta cta = bwd::key_block_cta(kp.p);  // first key blocks first (bwd_tile_range.cuh)
   if (!cta.valid) return;
-  const int32_t n_block = cta.n_block, head_k = cta.head_k, b = cta.b;
+  const int32_t head_k = cta.head_k, b = cta.b;
+  const bwd::KeyBlock kb = bwd::key_block_of(kp.p, kp.ws, b, cta.n_block, Traits::kBlockN);
+  if (kb.empty()) return;  // a document-aligned slot this batch row does not use
 
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
@@ -46,14 +49,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+    if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, kb, head_k, b);
     if constexpr (kWriteDq && Traits::kCanWriteDqUnderDk) {
       const int warp = threadIdx.x / 32;
-      if (warp >= 1 && warp <= Traits::kConsumerWGs) write_dq<Traits>(kp, smem, n_block, head_k, b, warp - 1);
+      if (warp >= 1 && warp <= Traits::kConsumerWGs) write_dq<Traits>(kp, smem, kb, head_k, b, warp - 1);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    consume_bwd_tiles<Traits, kWriteDq, kDropout>(kp, smem, pipeline_q, pipeline_do, n_block, head_k, b);
+    consume_bwd_tiles<Traits, kWriteDq, kDropout>(kp, smem, pipeline_q, pipeline_do, kb, head_k, b);
   }
 #endif
 }

@@ -17,7 +17,7 @@ template <class Traits>
 __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>& kp,
                                                   typename Traits::SharedStorage& smem,
                                                   typename Traits::Pipeline& pipeline_q,
-                                                  typename Traits::Pipeline& pipeline_do, int32_t n_block,
+                                                  typename Traits::Pipeline& pipeline_do, const bwd::KeyBlock& kb,
                                                   int32_t head_k, int32_t b) {
   using namespace cute;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kD = Traits::kHeadDim;
@@ -33,8 +33,11 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor mdO = kp.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.heads_q, p.batch));
   Tensor mK = kp.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.batch));
   Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.heads_k, p.batch));
-  Tensor gK = local_tile(mK(_, _, head_k, b), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
-  Tensor gV = local_tile(mV(_, _, head_k, b), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+  // The block's kBlockN rows from its first key: rows past its end are masked by the consumers (and
+  // zero-filled past Sk by TMA).
+  const auto block_rows = make_coord(kb.first, _0{});
+  Tensor gK = local_tile(domain_offset(block_rows, mK(_, _, head_k, b)), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(_0{}, _0{}));
+  Tensor gV = local_tile(domain_offset(block_rows, mV(_, _, head_k, b)), Shape<Int<kBlockN>, Int<kD>>{}, make_coord(_0{}, _0{}));
   // (global, shared) TMA partitions of K and V (tuples: lambdas cannot capture structured bindings in C++17)
   auto tK = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   auto tV = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
@@ -48,7 +51,7 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     }
     smem.tiles[write.index()] = tile;
   };
-  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, n_block, [&](int32_t head_q, int32_t m, bool masked) {
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked) {
     if (!kv_issued) {  // only CTAs with a visible tile load K and V (no load may outlive the CTA)
       smem.barrier_kv.arrive_and_expect_tx(2 * Traits::kKBytes);
       copy(kp.tma_k.with(reinterpret_cast<BarrierType&>(smem.barrier_kv), 0), get<0>(tK), get<1>(tK));

@@ -16,18 +16,19 @@ namespace flashmask {
 namespace sm90 {
 
 // Calls visit(head_q, m_block, masked_elements) for each tile; masked_elements is true where the
-// element mask must run (partially masked tiles and the key block that crosses Sk).
+// element mask must run (partially masked tiles and key blocks shorter than kBlockN: the one that
+// crosses Sk, document-aligned ones that end at the next block).
 template <int kBlockM, int kBlockN, class Visit>
 __device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
-                                                  int32_t head_k, int32_t n_block, Visit&& visit) {
+                                                  int32_t head_k, const bwd::KeyBlock& kb, Visit&& visit) {
+  // Document-aligned key blocks never come with a block_mask (key_blocks.cuh).
   static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
                 "a tile must lie inside one block_mask block");
-  const int32_t n0 = n_block * kBlockN;
-  const int32_t n_end = min(n0 + kBlockN, p.seqlen_k);
+  const int32_t n0 = kb.first, n_end = kb.end;
   const int32_t group = p.heads_q / p.heads_k;
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   for (int32_t head_q = head_k * group; head_q < (head_k + 1) * group; ++head_q) {
-    const BlockBounds bb = bwd::key_block_bounds(p, ws, b, head_q, n_block);
+    const BlockBounds bb = bwd::key_block_bounds(p, ws, b, head_q, kb);
     const int2 range = bwd::query_block_range(bb, n0, p.seqlen_q, p.causal, causal_off, kBlockM);
     for (int32_t m = range.x; m < range.y; ++m) {
       if (!p.block_kept(b, head_q, m * kBlockM, n0)) continue;
