@@ -100,7 +100,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     rows = []
-    header = f"{'mask':<20}{'S':>7}  " + "  ".join(f"{m}x{n} {g:<12}" for m, n in SHAPES for g in GRIDS)
+    width = max(len(f"{m}x{n} {g}") for m, n in SHAPES for g in GRIDS)
+    header = f"{'mask':<20}{'S':>7}  " + "  ".join(f"{f'{m}x{n} {g}':>{width}}" for m, n in SHAPES for g in GRIDS)
     print(header)
     for seqlen in args.seqlens:
         batch = max(1, args.tokens // seqlen)
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
                     eff = efficiency(mask.indices, mask.causal, seqlen, shape, grid, documents)
                     rows.append({"mask": name, "seqlen": seqlen, "batch": batch, "block_m": shape[0],
                                  "block_n": shape[1], "grid": grid, "efficiency": round(eff, 4)})
-                    cells.append(f"{eff:>6.3f}{'':>12}")
+                    cells.append(f"{eff:>{width}.3f}")
             print(f"{name:<20}{seqlen:>7}  " + "  ".join(cells), flush=True)
     meta = provenance.record("tile_efficiency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                              f"{provenance.cpu_name()} (counts, no GPU)",

@@ -39,9 +39,22 @@ def test_efficiency_matches_the_dense_picture(builder, grid, seed):
     np.testing.assert_array_equal(np.flatnonzero(masks.document_starts(mask)[0, 0]), starts)
     shape = (16, 32)
     rows = tile_efficiency.block_starts(seqlen, shape[0], starts if grid == "aligned" else None)
-    keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid == "fixed" else starts)
+    if grid == "keys at long documents":
+        keys = tile_efficiency.long_document_key_starts(starts, seqlen, shape[1])
+    else:
+        keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid == "fixed" else starts)
     got = tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid)
     assert got == pytest.approx(_dense_efficiency(mask, seqlen, shape, rows, keys), rel=1e-12)
+
+
+def test_long_document_key_starts_restart_only_at_long_documents():
+    # documents of 5, 295, 30, 270 and 100 keys: 0 always starts, 5 and 330 restart, the short
+    # ones join the block before them
+    got = tile_efficiency.long_document_key_starts(np.array([0, 5, 300, 330, 600]), 700, 128)
+    assert got.tolist() == [0, 5, 133, 261, 330, 458, 586]
+    # every document one key past a block: 12 blocks, more than the 7 fixed + 2 slots
+    docs = np.arange(0, 129 * 6, 129)
+    assert tile_efficiency.long_document_key_starts(docs, 129 * 6, 128).tolist() == list(range(0, 774, 128))
 
 
 def test_documents_on_tile_boundaries_waste_nothing_when_aligned():
