@@ -74,7 +74,10 @@ def op_extension():
     include_dirs = [os.path.join(OPS_DIR, "include"), os.path.join(OPS_DIR, "paddle")]
     # PADDLE_NO_PYTHON keeps extension.h from pulling pybind11/Python.h: the op needs neither,
     # and the build takes half the time.
-    cxx = ["-O3", "-std=c++17", "-fopenmp", "-DPADDLE_NO_PYTHON", "-Wno-unused-parameter"]
+    # Release builds, as paddle_ops/CMakeLists.txt's: without NDEBUG, CUTLASS compiles a check of
+    # the calling thread's pipeline role (a compare and a breakpoint) into every pipeline wait
+    # and release of the Hopper kernels, which the benchmarked library does not carry.
+    cxx = ["-O3", "-DNDEBUG", "-std=c++17", "-fopenmp", "-DPADDLE_NO_PYTHON", "-Wno-unused-parameter"]
     if os.environ.get("FLASHMASK_NATIVE", "1") != "0":
         cxx.append("-march=native")  # built where it is installed; enables AVX2/AVX-512 tiles
     sources = read_source_list("sources_cpu.txt") + ["paddle_ops/paddle/flashmask_op.cc"]
@@ -89,7 +92,7 @@ def op_extension():
     gpu_op = "paddle_ops/paddle/flashmask_op_gpu.cc"
     if os.path.exists(os.path.join(ROOT, gpu_op)):
         cuda_sources.append(gpu_op)
-    nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DFLASHMASK_WITH_CUDA",
+    nvcc = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-DFLASHMASK_WITH_CUDA",
             "-DPADDLE_NO_PYTHON"] + gencode
     # Paddle's CUDAExtension gives every .cu the same flags, so the *_sm90.cu (wgmma/TMA) sources
     # are also compiled for sm_80, where their kernels are empty; the launcher checks at run time
