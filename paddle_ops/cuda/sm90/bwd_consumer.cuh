@@ -155,7 +155,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         for (int i = 0; i < kRows; ++i) {
           const int32_t key = key0 + get<0>(coord(i, 0));
           columns[i] = key < kb.end ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
-                                        : ColumnBounds{0, INT32_MAX, 0, 0};
+                                    : ColumnBounds{0, INT32_MAX, 0, 0};
         }
         loaded_slice = slice;
       }
