@@ -45,6 +45,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   constexpr int kWGKeys = Traits::kWGKeys, kWGCols = Traits::kWGCols;
   constexpr bool kSplitHeadDim = Traits::kSplitHeadDim;
   constexpr bool kDqUnderDk = kWriteDq && Traits::kCanWriteDqUnderDk;
+  constexpr bool kNextStUnderDk = kDqUnderDk && Traits::kNextStUnderDk && !kDropout;
   const BwdParams& p = kp.p;
   const bwd::Workspace& ws = kp.ws;
   // Consumer warpgroup 0 .. kConsumerWGs-1, broadcast from lane 0 so that the compiler knows it is
@@ -140,6 +141,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   typename Traits::PipelineState read;
   int ds_buffer = 0;
   bool kv_ready = false;
+  // S^T of the tile being visited; with kNextStUnderDk issued during the previous tile.
+  Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
+  auto issue_st = [&](int stage) {
+    wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
+  };
+  BwdTile next_tile{};  // kNextStUnderDk: the tile after the one being visited
   // One tile; kMasked compiles the element mask in (partial tiles, the key block crossing Sk).
   // Inlined also where dropout makes it long: an out-of-line body keeps the accumulators in local memory.
   auto visit = [&](int32_t head_q, int32_t m, auto kMasked) __attribute__((always_inline)) {
@@ -167,10 +174,9 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     // 500 bytes).
     [[maybe_unused]] uint32_t keep[dropout_words_for(kWGKeys * kBlockM / 128)];
     if constexpr (kDropout) dropout_keep_bits_transposed(keep, tScS, row0, key0, b, head_q, p);
-    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kWGKeys>, Int<kBlockM>>{});
     if constexpr (!Traits::kTilesFromProducer) pipeline_q.consumer_wait(read);
-    wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
+    if constexpr (!kNextStUnderDk) issue_st(stage);
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
 
@@ -251,7 +257,16 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         add_dq(sdq, 0, acc_dq);
         cutlass::arch::fence_view_async_shared();  // visible to the bulk reduce (async proxy)
         cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqFull + wg);
-        warpgroup_wait<0>();
+        if constexpr (kNextStUnderDk) {
+          // The next tile's S^T, behind dK in the tensor pipe. After the last tile a discarded one on
+          // this stage: a conditional issue makes ptxas serialise every wgmma of the loop.
+          auto next = read;
+          ++next;
+          pipeline_q.consumer_wait(next);
+          next_tile = smem.tiles[next.index()];
+          issue_st(next_tile.is_end() ? stage : next.index());
+        }
+        warpgroup_wait<kNextStUnderDk ? 1 : 0>();
         warpgroup_fence_operand(acc_dk);
         pipeline_q.consumer_release(read);  // dK was this Q stage's last reader
       } else {
@@ -284,7 +299,21 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     if (masked) visit(head_q, m, cute::true_type{});
     else visit(head_q, m, cute::false_type{});
   };
-  if constexpr (Traits::kTilesFromProducer) {
+  if constexpr (kNextStUnderDk) {
+    // As below, with each tile's S^T issued before its visit. The loop sits inside the branch: an
+    // S^T accumulator that may enter it unissued makes ptxas serialise the wgmmas.
+    pipeline_q.consumer_wait(read);
+    next_tile = smem.tiles[read.index()];
+    if (!next_tile.is_end()) {
+      smem.barrier_kv.wait(0);
+      kv_ready = true;
+      issue_st(read.index());
+      do {
+        const BwdTile tile = next_tile;
+        visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
+      } while (!next_tile.is_end());
+    }
+  } else if constexpr (Traits::kTilesFromProducer) {
     // The producer's tiles (bwd_tiles.cuh), each read from its Q stage once the stage is full.
     for (;;) {
       pipeline_q.consumer_wait(read);

@@ -91,6 +91,9 @@ struct BwdTraits {
   // One dQ chunk per warpgroup through shared memory (D <= 128): dQ can be issued before dK and
   // leave through the dQ writer warp while dK runs (bwd_consumer.cuh, bwd_dq_writer.cuh).
   static constexpr bool kCanWriteDqUnderDk = kDqViaSmem && kDqChunks == 1;
+  // Where dQ goes under dK, the next tile's S^T is issued behind dK too (bwd_consumer.cuh), so the
+  // next step finds it retired instead of issuing it once dK has drained.
+  static constexpr bool kNextStUnderDk = kCanWriteDqUnderDk && kTilesFromProducer;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // One CTA per SM (194 KB of smem at D=128, 195 KB at 64, 226 KB at 256). A 64-key,
