@@ -21,7 +21,7 @@ pytest.importorskip("paddlenlp")
 from flashmask_paddle.train import preference as P  # noqa: E402
 from flashmask_paddle.train.cli import run_config  # noqa: E402
 from flashmask_paddle.train.config import ConfigError, load_config  # noqa: E402
-from flashmask_paddle.train.integration import flashmask_enabled  # noqa: E402
+from flashmask_paddle.train.integration import flashmask_enabled, prepare_model_config  # noqa: E402
 from flashmask_paddle.train.rm import LlamaForRewardModel, pairwise_ranking_loss  # noqa: E402
 
 from recipe_testing import (ATTENTION, KINDS, RECIPES, check_resume_reproduces_the_next_step, random_groups,  # noqa: E402
@@ -137,7 +137,10 @@ def test_reward_model_saves_and_loads_with_its_head(tmp_path, seed):
     with flashmask_enabled(ATTENTION), paddle.no_grad():
         want = model(ids).numpy()
         model.save_pretrained(str(tmp_path))
-        loaded = LlamaForRewardModel.from_pretrained(str(tmp_path))
+        # As the recipe loads it (rm.py): use_flash_attention is not saved, and without it PaddleNLP
+        # runs its own attention, which rounds differently from the model that was saved.
+        config = prepare_model_config(LlamaForRewardModel.config_class.from_pretrained(str(tmp_path)))
+        loaded = LlamaForRewardModel.from_pretrained(str(tmp_path), config=config)
         loaded.eval()
         got = loaded(ids).numpy()
     saved, back = model.state_dict(), loaded.state_dict()
