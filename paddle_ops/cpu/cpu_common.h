@@ -200,8 +200,7 @@ class KeyBlockPlan {
  private:
   const int32_t* indices_of(int b, int mh) const {
     if (!p_.startend_row_indices) return nullptr;
-    return p_.startend_row_indices +
-           (static_cast<int64_t>(b) * p_.mask_heads + mh) * p_.seqlen_k * p_.mask_form.num_cols;
+    return p_.mask_slice_at(static_cast<int64_t>(b) * p_.mask_heads + mh);
   }
 
   const FwdParams& p_;

@@ -27,7 +27,7 @@ __device__ int2 visible_row_hull(const FwdParams& p, int32_t b, int32_t col) {
   int32_t first = p.seqlen_q, end = 0;
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   for (int32_t h = 0; h < p.mask_heads; ++h) {
-    const int32_t* slice = p.startend_row_indices + (int64_t(b) * p.mask_heads + h) * p.seqlen_k * p.mask_form.num_cols;
+    const int32_t* slice = p.mask_slice_at(int64_t(b) * p.mask_heads + h);
     const MaskedRows hidden = MaskedRows::of(load_column_bounds(slice, col, p.mask_form, p.seqlen_q), col, p.causal,
                                              causal_off);
     int32_t lo = 0, hi = p.seqlen_q;

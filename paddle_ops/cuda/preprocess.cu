@@ -32,10 +32,7 @@ __global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t bloc
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;
   if (n_block >= num_n_blocks) return;
-  const int32_t* indices =
-      p.mask_form.has_indices()
-          ? p.startend_row_indices + (int64_t)slice * p.seqlen_k * p.mask_form.num_cols
-          : nullptr;
+  const int32_t* indices = p.mask_form.has_indices() ? p.mask_slice_at(slice) : nullptr;
   int32_t col_begin = n_block * block_n;
   int32_t col_end = min(col_begin + block_n, p.seqlen_k);
   if (ranges != nullptr) {

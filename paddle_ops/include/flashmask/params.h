@@ -51,6 +51,12 @@ struct FwdParams {
     if (mask_heads == heads_q) return head_q;
     return head_q / (heads_q / heads_k);
   }
+  // The [Sk, C] column bounds of mask slice `slice` = b * Hm + mask head.
+  FM_HOST_DEVICE const int32_t* mask_slice_at(int64_t slice) const {
+    return startend_row_indices + slice * seqlen_k * mask_form.num_cols;
+  }
+  // mask_slice_at(b * Hm + mask_head_of(head_q)), spelled out: calling it changes the Hopper
+  // backward kernels' instruction schedule.
   FM_HOST_DEVICE const int32_t* mask_slice(int32_t b, int32_t head_q) const {
     return startend_row_indices +
            ((int64_t)b * mask_heads + mask_head_of(head_q)) * seqlen_k * mask_form.num_cols;
