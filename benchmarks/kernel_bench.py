@@ -233,11 +233,19 @@ def sync(torch):
 WARMUP_S = 0.0  # --warmup-s
 
 
+# The spin kernel's clock rate is taken at the H200's highest SM clock, so that a spin of
+# ms * SPIN_CYCLES_PER_MS cycles lasts at least ms at any clock the GPU runs.
+SPIN_CYCLES_PER_MS = 1_980_000
+
+
 def time_ms(torch, fn, warmup: int, reps: int) -> float:
     t0 = time.perf_counter()
     calls = 0
+    host_s = []  # each warm-up call's host time (enqueue, or longer where fn waits on the GPU)
     while calls < warmup or time.perf_counter() - t0 < WARMUP_S:
+        t_call = time.perf_counter()
         fn()
+        host_s.append(time.perf_counter() - t_call)
         calls += 1
         if calls % 8 == 0:
             sync(torch)  # wall time then tracks GPU time, not the launch queue
@@ -249,11 +257,15 @@ def time_ms(torch, fn, warmup: int, reps: int) -> float:
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
         return float(np.median(times))
-    # Calls queued back to back, one event pair around each, one sync at the end: the host runs
-    # ahead, so each pair brackets the GPU time of one call and not the host's launch overhead
-    # (as triton's do_bench). A sync per call put the Python side of every call (ours: argument
-    # checks, workspace allocation, five launches; Flex: guards) inside the window, which on a
-    # ~1 ms call moved with the host CPU by 10-20% between machines.
+    # Calls queued back to back, one event pair around each, one sync at the end, behind a spin
+    # kernel that holds the GPU while the host queues them all: each pair then brackets the GPU
+    # time of one call, not the host's launch overhead. Without the spin, a call whose host side
+    # is about as long as its GPU time (ours: argument checks, plan look-up, workspace, five
+    # launches, ~0.15-0.25 ms; FA4's and Flex's Python launchers alike) waited for its own launch:
+    # 0.3 ms forwards read up to 40% slow, more so with other host threads about. A sync per call
+    # (before) put the Python side of every call inside the window.
+    spin_ms = 1.5 * reps * float(np.median(host_s)) * 1e3 + 0.2
+    torch.cuda._sleep(int(spin_ms * SPIN_CYCLES_PER_MS))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
     for start, end in events:
@@ -758,7 +770,8 @@ def main(argv=None) -> int:
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
             "commit": provenance.git_commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
             "date": provenance.utc_now(),
-            "method": "median of reps queued back to back (GPU time per call) after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
+            "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call) "
+                      "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
             "kernel_time": KERNEL_TIME, "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps, "seed": args.seed, "tokens": args.tokens}
     rows = []
