@@ -12,8 +12,8 @@ block_mask_ms); --variant times ours under other kernel switches.
 
 Method (benchmarks/README.md): B·S = --tokens (32K) tokens (B = 1 from 32K up), Hq = --heads (16); per row
 of the matrix the same random inputs for every implementation; forward and backward timed
-separately with CUDA events around each of --reps calls queued back to back (GPU time per call; the
-host's launch overhead is hidden, as with triton's do_bench; the end-to-end benchmark keeps it),
+separately with CUDA events around each of --reps calls queued back to back behind a spin kernel
+(GPU time per call; the host's launch overhead is hidden; the end-to-end benchmark keeps it),
 median, after --warmup calls and at least --warmup-s seconds
 of back-to-back calls (compilation and autotuning happen in warm-up and are reported as compile_s;
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
