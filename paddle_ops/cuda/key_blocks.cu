@@ -30,13 +30,7 @@ __device__ int2 visible_row_hull(const FwdParams& p, int32_t b, int32_t col) {
     const int32_t* slice = p.mask_slice_at(int64_t(b) * p.mask_heads + h);
     const MaskedRows hidden = MaskedRows::of(load_column_bounds(slice, col, p.mask_form, p.seqlen_q), col, p.causal,
                                              causal_off);
-    int32_t lo = 0, hi = p.seqlen_q;
-    for (int round = 0; round < 2; ++round) {  // two intervals: two rounds reach the visible ends
-      if (hidden.contains(lo)) lo = uint32_t(lo) - uint32_t(hidden.first0) < hidden.len0 ? hidden.first0 + int32_t(hidden.len0)
-                                                                                          : hidden.first1 + int32_t(hidden.len1);
-      if (hi > 0 && hidden.contains(hi - 1))
-        hi = uint32_t(hi - 1) - uint32_t(hidden.first0) < hidden.len0 ? hidden.first0 : hidden.first1;
-    }
+    const int32_t lo = hidden.visible_from(0), hi = hidden.visible_until(p.seqlen_q);
     if (lo < hi) {
       first = min(first, lo);
       end = max(end, hi);

@@ -91,9 +91,25 @@ struct MaskedRows {
   FM_HOST_DEVICE MaskedRows relative_to(int32_t row0) const {
     return {int32_t(uint32_t(first0) - uint32_t(row0)), len0, int32_t(uint32_t(first1) - uint32_t(row0)), len1};
   }
-  FM_HOST_DEVICE bool contains(int32_t row) const {
-    return (uint32_t(row) - uint32_t(first0) < len0) | (uint32_t(row) - uint32_t(first1) < len1);
+  FM_HOST_DEVICE bool contains(int32_t row) const { return in_first(row) | in_second(row); }
+  // The first visible row at or after `row` (past the column's rows when none is).
+  FM_HOST_DEVICE int32_t visible_from(int32_t row) const {
+    for (int round = 0; round < 2; ++round) {  // two intervals: two skips reach a visible row
+      row = in_first(row) ? first0 + int32_t(len0) : in_second(row) ? first1 + int32_t(len1) : row;
+    }
+    return row;
   }
+  // One past the last visible row before `end` (0 when none is).
+  FM_HOST_DEVICE int32_t visible_until(int32_t end) const {
+    for (int round = 0; round < 2; ++round) {
+      if (end > 0) end = in_first(end - 1) ? first0 : in_second(end - 1) ? first1 : end;
+    }
+    return end;
+  }
+
+ private:
+  FM_HOST_DEVICE bool in_first(int32_t row) const { return uint32_t(row) - uint32_t(first0) < len0; }
+  FM_HOST_DEVICE bool in_second(int32_t row) const { return uint32_t(row) - uint32_t(first1) < len1; }
 };
 
 }  // namespace flashmask
