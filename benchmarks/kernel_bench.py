@@ -48,13 +48,16 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO, REPO / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
+from e2e_attention import host_seconds  # noqa: E402
 from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402
 from flashmask_paddle.bench.gpu_clock import ClockSampler, current_cuda_reader  # noqa: E402
@@ -238,7 +241,13 @@ WARMUP_S = 0.0  # --warmup-s
 SPIN_CYCLES_PER_MS = 1_980_000
 
 
-def time_ms(torch, fn, warmup: int, reps: int) -> float:
+class Timing(NamedTuple):
+    gpu_ms: float  # median GPU time per call
+    host_ms: float  # median host time per warm-up call, unsynchronised: its launch cost, or the whole
+    # call where it waits on the GPU itself
+
+
+def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
     t0 = time.perf_counter()
     calls = 0
     host_s = []  # each warm-up call's host time (enqueue, or longer where fn waits on the GPU)
@@ -256,7 +265,7 @@ def time_ms(torch, fn, warmup: int, reps: int) -> float:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-        return float(np.median(times))
+        return Timing(float(np.median(times)), float(np.median(host_s)) * 1e3)
     # Calls queued back to back, one event pair around each, one sync at the end, behind a spin
     # kernel that holds the GPU while the host queues them all: each pair then brackets the GPU
     # time of one call, not the host's launch overhead. Without the spin, a call whose host side
@@ -274,7 +283,23 @@ def time_ms(torch, fn, warmup: int, reps: int) -> float:
         end.record()
     sync(torch)
     times = [start.elapsed_time(end) for start, end in events]
-    return float(np.median(times))
+    return Timing(float(np.median(times)), float(np.median(host_s)) * 1e3)
+
+
+def time_mask_build(torch, make, extra: dict, name: str):
+    """Times a mask preparation built once per mask (ours and cuDNN-frontend's plans, Flex's block
+    mask) into `extra`: {name}_ms_first, the first build's wall time (synchronised; one-time set-up
+    such as compilation included); {name}_ms, GPU time per build; {name}_wall_ms, wall time per
+    synchronised build, host included (what a step pays that builds the mask per batch). Returns
+    the first build."""
+    sync(torch)
+    t0 = time.perf_counter()
+    built = make()
+    sync(torch)
+    extra[f"{name}_ms_first"] = (time.perf_counter() - t0) * 1e3
+    extra[f"{name}_ms"] = time_ms(torch, make, 1, 3).gpu_ms
+    extra[f"{name}_wall_ms"] = host_seconds(torch, make, 3) * 1e3
+    return built
 
 
 KERNEL_TIME = False  # --kernel-time
@@ -347,12 +372,7 @@ class FlashMask(Impl):
         # as cuDNN-frontend's plan and Flex's block mask are: its build time is reported apart.
         make = self.wrap(lambda: (self.clear_plans(),
                                   self.prepare_plan(q, k, v, idx, causal=causal, dropout=case["dropout"])))
-        sync(self.torch)
-        t0 = time.perf_counter()
-        make()
-        sync(self.torch)
-        case["extra"]["mask_plan_ms_first"] = (time.perf_counter() - t0) * 1e3
-        case["extra"]["mask_plan_ms"] = time_ms(self.torch, make, 1, 3)
+        time_mask_build(self.torch, make, case["extra"], "mask_plan")
         if not case["dropout"]:
             return self.wrap(lambda: self.attn(q, k, v, idx, causal=causal))
         # A fixed [seed, offset]: every variant drops the same elements, so outputs stay comparable.
@@ -426,16 +446,10 @@ class Flex(Impl):
         buf, mask_mod = self._mask_mod(case)
         for dst, src in zip(buf, case["bounds"]):
             dst.copy_(src)
-        sync(torch)
-        t0 = time.perf_counter()
-        bm = self.create_block_mask(mask_mod, case["batch"], None, case["seqlen"], case["seqlen"],
-                                    device=case["q_bshd"].device, BLOCK_SIZE=TILE, _compile=True)
-        sync(torch)
-        case["extra"]["block_mask_ms_first"] = (time.perf_counter() - t0) * 1e3
-        case["extra"]["block_mask_ms"] = time_ms(
+        bm = time_mask_build(
             torch, lambda: self.create_block_mask(mask_mod, case["batch"], None, case["seqlen"], case["seqlen"],
                                                   device=case["q_bshd"].device, BLOCK_SIZE=TILE, _compile=True),
-            1, 3)
+            case["extra"], "block_mask")
         q, k, v = case["q_bhsd"], case["k_bhsd"], case["v_bhsd"]
         gqa, options = case["heads"] != case["heads_k"], self.kernel_options
         if options is None:
@@ -460,13 +474,8 @@ class CudnnFlex(Impl):
         q, k, v = case["q_bshd"], case["k_bshd"], case["v_bshd"]
         funcs = row_intervals(torch, case["bounds"], case["causal"], case["seqlen"], case["seqlen"])
         case["extra"]["mask_nfunc"] = funcs.shape[1]
-        make = lambda: self.create_mask_plan(funcs, q, k, v, build_backward=True)  # noqa: E731
-        sync(torch)
-        t0 = time.perf_counter()
-        plan = make()
-        sync(torch)
-        case["extra"]["mask_plan_ms_first"] = (time.perf_counter() - t0) * 1e3
-        case["extra"]["mask_plan_ms"] = time_ms(torch, make, 1, 3)
+        plan = time_mask_build(torch, lambda: self.create_mask_plan(funcs, q, k, v, build_backward=True),
+                               case["extra"], "mask_plan")
         return lambda: self.attn(q, k, v, mask_plan=plan)
 
 
@@ -560,7 +569,8 @@ def measure(torch, impl, case, warmup, reps, row):
     sync(torch)
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     with torch.no_grad(), ClockSampler(CLOCK_READ) as clock:
-        row["fwd_ms"] = round(time_ms(torch, fwd, warmup, reps), 4)
+        timing = time_ms(torch, fwd, warmup, reps)
+        row["fwd_ms"], row["fwd_host_ms"] = round(timing.gpu_ms, 4), round(timing.host_ms, 4)
     row.update(clock.fields("fwd"))
     with torch.no_grad():
         if KERNEL_TIME:
@@ -582,7 +592,8 @@ def measure(torch, impl, case, warmup, reps, row):
         sync(torch)
         row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
         with ClockSampler(CLOCK_READ) as clock:
-            row["bwd_ms"] = round(time_ms(torch, bwd, warmup, reps), 4)
+            timing = time_ms(torch, bwd, warmup, reps)
+            row["bwd_ms"], row["bwd_host_ms"] = round(timing.gpu_ms, 4), round(timing.host_ms, 4)
         row.update(clock.fields("bwd"))
         if KERNEL_TIME:
             row["bwd_kernel_ms"] = round(kernel_ms(torch, bwd, reps), 4)
