@@ -242,15 +242,17 @@ SPIN_CYCLES_PER_MS = 1_980_000
 
 
 class Timing(NamedTuple):
-    gpu_ms: float  # median GPU time per call
-    host_ms: float  # median host time per warm-up call, unsynchronised: its launch cost, or the whole
-    # call where it waits on the GPU itself
+    """gpu_ms: median GPU time per call. host_ms: median unsynchronised host time of a warm-up
+    call, i.e. its launch cost (or the whole call where it waits on the GPU itself)."""
+
+    gpu_ms: float
+    host_ms: float
 
 
 def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
     t0 = time.perf_counter()
     calls = 0
-    host_s = []  # each warm-up call's host time (enqueue, or longer where fn waits on the GPU)
+    host_s = []  # each warm-up call's host time
     while calls < warmup or time.perf_counter() - t0 < WARMUP_S:
         t_call = time.perf_counter()
         fn()
@@ -259,13 +261,14 @@ def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
         if calls % 8 == 0:
             sync(torch)  # wall time then tracks GPU time, not the launch queue
     sync(torch)
+    host_ms = float(np.median(host_s)) * 1e3
     times = []
     if SMOKE:
         for _ in range(reps):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-        return Timing(float(np.median(times)), float(np.median(host_s)) * 1e3)
+        return Timing(float(np.median(times)), host_ms)
     # Calls queued back to back, one event pair around each, one sync at the end, behind a spin
     # kernel that holds the GPU while the host queues them all: each pair then brackets the GPU
     # time of one call, not the host's launch overhead. Without the spin, a call whose host side
@@ -273,7 +276,7 @@ def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
     # launches, ~0.15-0.25 ms; FA4's and Flex's Python launchers alike) waited for its own launch:
     # 0.3 ms forwards read up to 40% slow, more so with other host threads about. A sync per call
     # (before) put the Python side of every call inside the window.
-    spin_ms = 1.5 * reps * float(np.median(host_s)) * 1e3 + 0.2
+    spin_ms = 1.5 * reps * host_ms + 0.2
     torch.cuda._sleep(int(spin_ms * SPIN_CYCLES_PER_MS))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
@@ -283,7 +286,7 @@ def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
         end.record()
     sync(torch)
     times = [start.elapsed_time(end) for start, end in events]
-    return Timing(float(np.median(times)), float(np.median(host_s)) * 1e3)
+    return Timing(float(np.median(times)), host_ms)
 
 
 def time_mask_build(torch, make, extra: dict, name: str):
