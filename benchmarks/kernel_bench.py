@@ -18,10 +18,16 @@ median, after --warmup calls and at least --warmup-s seconds
 of back-to-back calls (compilation and autotuning happen in warm-up and are reported as compile_s;
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
 H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our time includes the mask preprocessing (it runs
-inside every call). --kernel-time adds each call's summed kernel time from torch.profiler (GPU work
-only: a call whose host side launches slower than its kernels run reads faster there). Each timing
-also records the GPU's mean SM clock and power draw over its warm-up and timed calls, and what
-held the clock down (fwd_sm_mhz, fwd_power_w, fwd_clock_limits, bwd_...; NVML read every 20 ms): at the power limit the clock
+inside every call). Every implementation of a row is set up (first calls, compile_s) before any is
+timed; --rounds N then times them N times, in list order in even rounds and reversed in odd ones
+(ABBA), and reports the medians over the rounds (per-round GPU times as fwd_ms_rounds,
+bwd_ms_rounds): timed one after the other, always in the same order, identical configurations
+drifted up to 5% apart as the GPU heats up at its power limit. --kernel-time adds each call's
+summed kernel time from torch.profiler, in one pass after the rounds (GPU work only: a call whose
+host side launches slower than its kernels run reads faster there). Each timing also records the
+GPU's mean SM clock and power draw over its warm-up and timed calls, and what held the clock down
+(fwd_sm_mhz, fwd_power_w, fwd_clock_limits, bwd_...; NVML read every 20 ms; over --rounds, the mean
+and the last round's limits): at the power limit the clock
 drops, so a kernel's energy per FLOP shows in its time. FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
 comes from `create_block_mask` over a mask_mod that looks the column bounds up in tensors (the
 same dense rule as flashmask_paddle.reference), built once per mask outside the timing and
@@ -60,7 +66,7 @@ for _path in (REPO, REPO / "benchmarks"):
 from e2e_attention import host_seconds  # noqa: E402
 from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402
-from flashmask_paddle.bench.gpu_clock import ClockSampler, current_cuda_reader  # noqa: E402
+from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, current_cuda_reader  # noqa: E402
 
 MASKS = ("causal", "sliding_window", "causal_document", "document", "share_question",
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
@@ -561,25 +567,45 @@ def make_impls(torch, names, variants=()):
     return impls
 
 
-def measure(torch, impl, case, warmup, reps, row):
-    """Fills row's fwd/bwd milliseconds for one implementation on one case; returns the forward
-    output ([B, S, H, D]) for the cross-check, or None. A failing backward keeps the forward numbers."""
+def error_text(e: Exception, width: int) -> str:
+    """An exception as a row's error: its type and the first line of its message, cut at width."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:width] if str(e) else ''}"
+
+
+def round_order(items, r: int) -> list:
+    """The order round r times a row's implementations in: list order in even rounds, reversed in
+    odd ones (ABBA over two rounds), so that no implementation always runs first or last."""
+    return list(items) if r % 2 == 0 else list(reversed(items))
+
+
+class Prepared:
+    """One implementation set up on one case (set_up): its row, its forward and backward callables
+    (None once dropped: skipped, failed, or a failing backward), the forward output ([B, S, H, D])
+    for the cross-check, the times of its mask preparation (extra), and per phase each round's
+    (Timing, ClockSample or None)."""
+
+    def __init__(self, impl, row: dict):
+        self.impl, self.row = impl, row
+        self.fwd = self.bwd = self.output = None
+        self.extra = {}
+        self.rounds = {"fwd": [], "bwd": []}
+
+
+def set_up(torch, p: Prepared, case) -> None:
+    """Everything of p's implementation on the case but the timed passes: builds the forward (a
+    peer's mask preparation is timed there, once per row, into case["extra"]), runs it once
+    (compile_s: compilation and autotuning), keeps its output for the cross-check, then builds the
+    backward on an autograd forward and runs it once. A failing forward raises; a failing backward
+    keeps the forward (bwd None, the row's error says why)."""
+    impl, row = p.impl, p.row
     leafs = [case[f"{n}_{impl.layout}"] for n in ("q", "k", "v")]
     fwd = impl.forward(case)
     t0 = time.perf_counter()
     with torch.no_grad():
-        fwd()
+        out = fwd()
     sync(torch)
     row["compile_s"] = round(time.perf_counter() - t0, 2)
-    with torch.no_grad(), ClockSampler(CLOCK_READ) as clock:
-        timing = time_ms(torch, fwd, warmup, reps)
-        row["fwd_ms"], row["fwd_host_ms"] = round(timing.gpu_ms, 4), round(timing.host_ms, 4)
-    row.update(clock.fields("fwd"))
-    with torch.no_grad():
-        if KERNEL_TIME:
-            row["fwd_kernel_ms"] = round(kernel_ms(torch, fwd, reps), 4)
-        out = fwd()
-    result = out if impl.layout == "bshd" else out.transpose(1, 2)
+    p.fwd, p.output = fwd, out if impl.layout == "bshd" else out.transpose(1, 2)
     dout = case[f"dout_{impl.layout}"]
     try:
         out = fwd()  # with autograd: the graph the backward timing replays
@@ -594,15 +620,155 @@ def measure(torch, impl, case, warmup, reps, row):
         bwd()
         sync(torch)
         row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
-        with ClockSampler(CLOCK_READ) as clock:
-            timing = time_ms(torch, bwd, warmup, reps)
-            row["bwd_ms"], row["bwd_host_ms"] = round(timing.gpu_ms, 4), round(timing.host_ms, 4)
-        row.update(clock.fields("bwd"))
-        if KERNEL_TIME:
-            row["bwd_kernel_ms"] = round(kernel_ms(torch, bwd, reps), 4)
+        p.bwd = bwd
     except Exception as e:
-        row["error"] = f"backward: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-    return result
+        row["error"] = f"backward: {error_text(e, 160)}"
+
+
+def timed(torch, fn, warmup: int, reps: int):
+    """fn timed once (time_ms) with the GPU's clock sampled over its warm-up and timed calls:
+    (Timing, ClockSample or None)."""
+    with ClockSampler(CLOCK_READ) as clock:
+        timing = time_ms(torch, fn, warmup, reps)
+    return timing, clock.result
+
+
+def time_round(torch, p: Prepared, warmup: int, reps: int) -> None:
+    """One round of p: its forward timed, then its backward, into p.rounds. A failing forward
+    raises; a failing backward drops the backward (its earlier rounds too) and keeps the forward."""
+    with torch.no_grad():
+        p.rounds["fwd"].append(timed(torch, p.fwd, warmup, reps))
+    if p.bwd is None:
+        return
+    try:
+        p.rounds["bwd"].append(timed(torch, p.bwd, warmup, reps))
+    except Exception as e:
+        p.row["error"] = f"backward: {error_text(e, 160)}"
+        p.bwd, p.rounds["bwd"] = None, []
+
+
+def mean_clock(samples) -> ClockSample | None:
+    """The rounds' clock samples as one: SM clock and power the mean over the rounds that have a
+    sample, the clock limits those of the last of them; None without any."""
+    got = [s for s in samples if s is not None]
+    if not got:
+        return None
+    return ClockSample(float(np.mean([s.sm_mhz for s in got])), float(np.mean([s.power_w for s in got])),
+                       sum(s.count for s in got), got[-1].limits)
+
+
+def phase_fields(phase: str, results) -> dict:
+    """A phase's row fields from its rounds' (Timing, ClockSample): {phase}_ms and {phase}_host_ms
+    the medians over the rounds, the clock fields of their mean (mean_clock) and, with more than one
+    round, {phase}_ms_rounds: each round's GPU ms, in round order."""
+    gpu_ms = [timing.gpu_ms for timing, _ in results]
+    fields = {f"{phase}_ms": round(float(np.median(gpu_ms)), 4)}
+    if len(results) > 1:
+        fields[f"{phase}_ms_rounds"] = [round(ms, 4) for ms in gpu_ms]
+    fields[f"{phase}_host_ms"] = round(float(np.median([timing.host_ms for timing, _ in results])), 4)
+    clock = mean_clock([sample for _, sample in results])
+    if clock is not None:
+        fields.update(clock.fields(phase))
+    return fields
+
+
+def record(torch, p: Prepared, reps: int) -> None:
+    """Writes p's rounds into its row (phase_fields), then --kernel-time's pass, once per phase
+    after the rounds. A failing forward pass raises; a failing backward one keeps the forward."""
+    p.row.update(phase_fields("fwd", p.rounds["fwd"]))
+    if KERNEL_TIME:
+        with torch.no_grad():
+            p.row["fwd_kernel_ms"] = round(kernel_ms(torch, p.fwd, reps), 4)
+    if p.bwd is None:
+        return
+    p.row.update(phase_fields("bwd", p.rounds["bwd"]))
+    if KERNEL_TIME:
+        try:
+            p.row["bwd_kernel_ms"] = round(kernel_ms(torch, p.bwd, reps), 4)
+        except Exception as e:
+            p.row["error"] = f"backward: {error_text(e, 160)}"
+
+
+def drop(torch, p: Prepared, e: Exception) -> None:
+    """p failed (one failing peer must not end the run): its error in the row, and it leaves the
+    remaining rounds and the cross-check."""
+    p.row["error"] = error_text(e, 200)
+    p.fwd = p.bwd = p.output = None
+    p.rounds = {"fwd": [], "bwd": []}
+    if not SMOKE:
+        torch.cuda.empty_cache()
+
+
+def prepare(torch, impl, case, row: dict, dropout: float) -> Prepared:
+    """impl set up on the case (set_up), unless it cannot run it (row's skipped says why) or its
+    set-up fails (row's error); the times of its mask preparation are kept either way."""
+    p = Prepared(impl, row)
+    why = impl.supports(case)
+    if not why and dropout and not is_ours(impl.name):
+        why = "dropout: ours only"
+    if why:
+        row["skipped"] = why
+        return p
+    case["extra"] = {}
+    try:
+        set_up(torch, p, case)
+    except Exception as e:
+        drop(torch, p, e)
+    p.extra = case["extra"]
+    return p
+
+
+def cross_check(prepared) -> None:
+    """Every other implementation's forward output against ours (variants too), as the row's
+    rel_err_vs_flashmask."""
+    ours = next((p.output for p in prepared if p.impl.name == "flashmask" and p.output is not None), None)
+    if ours is None:
+        return
+    ours = ours.float()
+    for p in prepared:
+        if p.impl.name != "flashmask" and p.output is not None:
+            theirs = p.output.float()
+            err = float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
+            p.row["rel_err_vs_flashmask"] = round(err, 5)
+
+
+def add_tflops(row: dict, flops: float) -> None:
+    """The row's TFLOP/s for each time it has (fwd/bwd, event and kernel time): forward `flops`,
+    backward 2.5x that."""
+    for phase, factor in (("fwd", 1.0), ("bwd", 2.5)):
+        for timing in ("", "kernel_"):
+            if row.get(f"{phase}_{timing}ms"):
+                seconds = row[f"{phase}_{timing}ms"] * 1e-3
+                row[f"{phase}_{timing}tflops"] = round(factor * flops / seconds / 1e12, 1)
+
+
+def bench_case(torch, impls, case, base: dict, args, done) -> None:
+    """One row of the matrix: every implementation set up on the case first (prepare, list order),
+    then timed --rounds times, round r in round_order(..., r) (the median over the rounds reported:
+    no implementation is always timed first, or last, as the GPU warms up at its power limit); each
+    one's row completed (record, mask preparation times, TFLOP/s) and handed to done(row) in list
+    order, skipped rows included; then every output against ours (cross_check). Everything set up
+    here, autograd graphs included, is released on return."""
+    prepared = [prepare(torch, impl, case, {"impl": impl.name, **base}, args.dropout) for impl in impls]
+    for r in range(args.rounds):
+        live = [p for p in prepared if p.fwd is not None]  # neither skipped nor failed
+        for p in round_order(live, r):
+            try:
+                time_round(torch, p, args.warmup, args.reps)
+            except Exception as e:
+                drop(torch, p, e)
+    flops = 4.0 * case["head_dim"] * case["pairs"] * case["heads"]
+    for p in prepared:
+        if "skipped" not in p.row:
+            if p.fwd is not None:
+                try:
+                    record(torch, p, args.reps)
+                except Exception as e:
+                    drop(torch, p, e)
+            p.row.update({k: round(v, 3) for k, v in p.extra.items()})
+            add_tflops(p.row, flops)
+        done(p.row)
+    cross_check(prepared)
 
 
 def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, seed, dropout=0.0):
@@ -749,6 +915,9 @@ def parse_args(argv):
     p.add_argument("--warmup-s", type=float, default=0.3,
                    help="also keep warming up until this many seconds passed (GPU clocks)")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time each row's implementations this many times, in list order then reversed "
+                        "(ABBA), and report the median (per-round times as fwd_ms_rounds, bwd_ms_rounds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dropout", type=float, default=0.0,
                    help="attention dropout in training, ours only (the peers are skipped): fixed seed per row")
@@ -760,7 +929,10 @@ def parse_args(argv):
                    help="also the summed kernel time per call from torch.profiler (fwd_kernel_ms, "
                         "bwd_kernel_ms and their TFLOP/s; not with --smoke)")
     p.add_argument("--smoke", action="store_true", help="CPU plumbing check (fp32, tiny sizes advised)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    return args
 
 
 def main(argv=None) -> int:
@@ -787,9 +959,20 @@ def main(argv=None) -> int:
             "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call) "
                       "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
-            "kernel_time": KERNEL_TIME, "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps, "seed": args.seed, "tokens": args.tokens}
+            "kernel_time": KERNEL_TIME, "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps,
+            "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens}
+    if args.rounds > 1:
+        meta["method"] += (f"; {args.rounds} rounds per row, the implementations timed in alternating order "
+                           "(list order in even rounds, reversed in odd ones: ABBA), median over the rounds")
     rows = []
     t_start = time.time()
+
+    def done(row):
+        rows.append(row)
+        if "skipped" not in row:
+            print(table([row]).splitlines()[-1], flush=True)
+            _write_json(args, meta, rows, time.time() - t_start)  # survives a timeout
+
     for seqlen in args.seqlens:
         batch = max(1, args.tokens // seqlen)
         for head_dim in args.head_dims:
@@ -798,46 +981,14 @@ def main(argv=None) -> int:
                     for mask_name in args.masks:
                         case = make_case(torch, mask_name, seqlen, batch, args.heads, heads_k, head_dim,
                                          dtypes[dt_name], args.seed, args.dropout)
-                        outputs = {}
-                        for impl in impls:
-                            row = {"impl": impl.name, "mask": mask_name, "seqlen": seqlen, "batch": batch,
-                                   "heads": args.heads, "heads_k": heads_k, "head_dim": head_dim,
-                                   "dtype": "fp32" if SMOKE else dt_name, "density": round(case["density"], 4),
-                                   "pairs": case["pairs"]}
-                            if args.dropout:
-                                row["dropout"] = args.dropout
-                            why = impl.supports(case)
-                            if not why and args.dropout and not is_ours(impl.name):
-                                why = "dropout: ours only"
-                            if why:
-                                row["skipped"] = why
-                                rows.append(row)
-                                continue
-                            case["extra"] = {}
-                            try:
-                                outputs[impl.name] = measure(torch, impl, case, args.warmup, args.reps, row)
-                            except Exception as e:  # one failing peer must not end the run
-                                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                                if not SMOKE:
-                                    torch.cuda.empty_cache()
-                            row.update({k: round(v, 3) for k, v in case["extra"].items()})
-                            flops = 4.0 * head_dim * case["pairs"] * args.heads
-                            for phase, factor in (("fwd", 1.0), ("bwd", 2.5)):
-                                for timing in ("", "kernel_"):
-                                    if row.get(f"{phase}_{timing}ms"):
-                                        row[f"{phase}_{timing}tflops"] = round(
-                                            factor * flops / (row[f"{phase}_{timing}ms"] * 1e-3) / 1e12, 1)
-                            rows.append(row)
-                            print(table([row]).splitlines()[-1], flush=True)
-                            _write_json(args, meta, rows, time.time() - t_start)  # survives a timeout
-                        if "flashmask" in outputs:  # every peer's output against ours
-                            ours = outputs["flashmask"].float()
-                            for r in rows[-len(impls):]:
-                                if r["impl"] != "flashmask" and r["impl"] in outputs:  # variants too
-                                    theirs = outputs[r["impl"]].float()
-                                    err = float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
-                                    r["rel_err_vs_flashmask"] = round(err, 5)
-                        del case, outputs
+                        base = {"mask": mask_name, "seqlen": seqlen, "batch": batch, "heads": args.heads,
+                                "heads_k": heads_k, "head_dim": head_dim,
+                                "dtype": "fp32" if SMOKE else dt_name, "density": round(case["density"], 4),
+                                "pairs": case["pairs"]}
+                        if args.dropout:
+                            base["dropout"] = args.dropout
+                        bench_case(torch, impls, case, base, args, done)
+                        del case
                         if not SMOKE:
                             torch.cuda.empty_cache()
     rows = _write_json(args, meta, rows, time.time() - t_start)

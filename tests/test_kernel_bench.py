@@ -1,7 +1,10 @@
-"""benchmarks/kernel_bench.py imports without torch and draws the masks benchmarks/README.md describes."""
+"""benchmarks/kernel_bench.py imports without torch and draws the masks benchmarks/README.md describes;
+--rounds times a row's implementations in alternating order and reports medians (the smoke runs on
+CPU torch, skipped without torch)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +60,89 @@ def test_varlen_sequences_describe_exactly_the_mask_fa4_varlen_is_timed_on(name)
     if kernel_bench.VARLEN_MASKS[name]:
         visible &= pos[:, None] >= pos[None, :]
     np.testing.assert_array_equal(masks.to_dense(cm, seqlen_q=s)[:, 0], visible)
+
+
+def test_rounds_alternate_list_order_and_reversed_order():
+    impls = ("flashmask", "flashmask:b", "flex")
+    assert kernel_bench.round_order(impls, 0) == ["flashmask", "flashmask:b", "flex"]
+    assert kernel_bench.round_order(impls, 1) == ["flex", "flashmask:b", "flashmask"]
+    assert kernel_bench.round_order(impls, 2) == ["flashmask", "flashmask:b", "flex"]
+    assert kernel_bench.round_order(impls, 3) == ["flex", "flashmask:b", "flashmask"]
+    assert impls == ("flashmask", "flashmask:b", "flex")  # the row's list itself is left as it is
+
+
+def _round(gpu_ms, host_ms, sm_mhz=None, power_w=None, limits=None):
+    clock = None if sm_mhz is None else kernel_bench.ClockSample(sm_mhz, power_w, 10, limits)
+    return kernel_bench.Timing(gpu_ms, host_ms), clock
+
+
+def test_phase_fields_take_medians_over_rounds_and_the_mean_clock():
+    results = [_round(1.00004, 0.3, 1980.0, 700.04, ["sw_power_cap"]),
+               _round(1.3, 0.1, 1700.0, 690.0, None),  # a round whose NVML read no limits
+               _round(1.1, 0.2, 1760.0, 650.0, [])]
+    fields = kernel_bench.phase_fields("bwd", results)
+    assert fields == {"bwd_ms": 1.1, "bwd_ms_rounds": [1.0, 1.3, 1.1], "bwd_host_ms": 0.2,
+                      "bwd_sm_mhz": 1813, "bwd_power_w": 680.0, "bwd_clock_limits": "none"}
+
+
+def test_phase_fields_of_one_round_are_the_single_timing_and_its_clock_fields():
+    timing, clock = _round(0.123456, 0.05, 1712.4, 655.55, ["sw_power_cap", "sw_thermal"])
+    fields = kernel_bench.phase_fields("fwd", [(timing, clock)])
+    assert fields == {"fwd_ms": 0.1235, "fwd_host_ms": 0.05, **clock.fields("fwd")}
+    assert fields["fwd_clock_limits"] == "sw_power_cap+sw_thermal"
+    assert kernel_bench.phase_fields("fwd", [(timing, None)]) == {"fwd_ms": 0.1235, "fwd_host_ms": 0.05}
+
+
+@pytest.fixture
+def smoke(tmp_path, monkeypatch):
+    """Runs kernel_bench.main in smoke mode (CPU torch; ours and one variant of it) with extra
+    arguments; returns its JSON and the order time_round saw (impl, mask) in."""
+    pytest.importorskip("torch")
+    for name in ("SMOKE", "WARMUP_S", "KERNEL_TIME", "CLOCK_READ", "_PREVIOUS"):  # main sets them
+        monkeypatch.setattr(kernel_bench, name, getattr(kernel_bench, name))
+    monkeypatch.setattr(kernel_bench, "_PREVIOUS", None)
+    timed, time_round = [], kernel_bench.time_round
+
+    def recording(torch, p, warmup, reps):
+        timed.append((p.impl.name, p.row["mask"]))
+        time_round(torch, p, warmup, reps)
+
+    monkeypatch.setattr(kernel_bench, "time_round", recording)
+
+    def run(*args):
+        out = tmp_path / "kernel.json"
+        assert kernel_bench.main(["--smoke", "--tokens", "256", "--seqlens", "128", "--heads", "2",
+                                  "--heads-k", "2", "--head-dims", "32", "--masks", "causal", "causal_document",
+                                  "--impls", "flashmask", "--variant", "b:FLASHMASK_MASK_PLAN=0",
+                                  "--warmup", "1", "--reps", "3", "--json", str(out),
+                                  "--png", str(tmp_path / "kernel.png"), *args]) == 0
+        return json.loads(out.read_text()), timed
+
+    return run
+
+
+def test_rounds_time_each_row_in_abba_order_and_report_the_median(smoke):
+    result, timed = smoke("--rounds", "2")
+    assert result["meta"]["rounds"] == 2 and "alternating order" in result["meta"]["method"]
+    a, b = "flashmask", "flashmask:b"
+    assert timed == [(a, "causal"), (b, "causal"), (b, "causal"), (a, "causal"),
+                     (a, "causal_document"), (b, "causal_document"), (b, "causal_document"), (a, "causal_document")]
+    rows = result["rows"]
+    assert [(r["impl"], r["mask"]) for r in rows] == [(a, "causal"), (b, "causal"), (a, "causal_document"),
+                                                      (b, "causal_document")]
+    for r in rows:
+        assert "error" not in r, r
+        for phase in ("fwd", "bwd"):
+            per_round = r[f"{phase}_ms_rounds"]
+            assert len(per_round) == 2 and all(ms > 0 for ms in per_round)
+            assert r[f"{phase}_ms"] == pytest.approx(float(np.median(per_round)), abs=1e-4)
+    assert all(r["rel_err_vs_flashmask"] < 1e-5 for r in rows if r["impl"] == b)
+
+
+def test_one_round_rows_carry_no_per_round_fields(smoke):
+    result, timed = smoke()
+    assert result["meta"]["rounds"] == 1 and "alternating" not in result["meta"]["method"]
+    assert len(timed) == 4 and len(result["rows"]) == 4
+    for r in result["rows"]:
+        assert r["fwd_ms"] > 0 and r["bwd_ms"] > 0 and r["fwd_host_ms"] > 0
+        assert not [key for key in r if key.endswith("_rounds")], r
