@@ -240,25 +240,43 @@ def sync(torch):
 
 
 WARMUP_S = 0.0  # --warmup-s
+SETTLE_MS = 0.0  # --settle-ms
+MIN_WINDOW_MS = 0.0  # --min-window-ms
 
 
 # The spin kernel's clock rate is taken at the H200's highest SM clock, so that a spin of
 # ms * SPIN_CYCLES_PER_MS cycles lasts at least ms at any clock the GPU runs.
 SPIN_CYCLES_PER_MS = 1_980_000
+MAX_REPS = 2000  # bounds a window's host time (the spin covers it) for the shortest calls
 
 
 class Timing(NamedTuple):
     """gpu_ms: median GPU time per call. host_ms: median unsynchronised host time of a warm-up
-    call, i.e. its launch cost (or the whole call where it waits on the GPU itself)."""
+    call, i.e. its launch cost (or the whole call where it waits on the GPU itself). reps: how many
+    timed calls the median is over."""
 
     gpu_ms: float
     host_ms: float
+    reps: int = 0  # timed calls behind the median (0: not recorded)
 
 
-def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
+def timing_window(call_ms: float, host_ms: float, reps: int, settle_ms: float, min_window_ms: float):
+    """(untimed settle calls, timed calls, spin ms) for calls of call_ms GPU time and host_ms host
+    time: settle calls of at least settle_ms, at least reps and min_window_ms of timed calls (at most
+    MAX_REPS), and a spin that outlasts the host's queuing of all of them."""
+    call_ms = max(call_ms, 1e-3)
+    settle = int(np.ceil(settle_ms / call_ms))
+    reps = int(min(max(reps, np.ceil(min_window_ms / call_ms)), MAX_REPS))
+    return settle, reps, 1.5 * (settle + reps) * host_ms + 0.2
+
+
+def time_ms(torch, fn, warmup: int, reps: int, settle_ms: float = 0.0, min_window_ms: float = 0.0) -> Timing:
+    """fn's GPU time per call: the median of `reps` calls (at least min_window_ms of GPU work), each
+    between CUDA events, after `warmup` calls and WARMUP_S seconds of warm-up."""
     t0 = time.perf_counter()
     calls = 0
     host_s = []  # each warm-up call's host time
+    group_s, t_group = [], time.perf_counter()  # wall time of each group of 8 synchronised calls
     while calls < warmup or time.perf_counter() - t0 < WARMUP_S:
         t_call = time.perf_counter()
         fn()
@@ -266,6 +284,8 @@ def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
         calls += 1
         if calls % 8 == 0:
             sync(torch)  # wall time then tracks GPU time, not the launch queue
+            group_s.append(time.perf_counter() - t_group)
+            t_group = time.perf_counter()
     sync(torch)
     host_ms = float(np.median(host_s)) * 1e3
     times = []
@@ -282,8 +302,15 @@ def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
     # launches, ~0.15-0.25 ms; FA4's and Flex's Python launchers alike) waited for its own launch:
     # 0.3 ms forwards read up to 40% slow, more so with other host threads about. A sync per call
     # (before) put the Python side of every call inside the window.
-    spin_ms = 1.5 * reps * host_ms + 0.2
+    # The spin idles the GPU, and its clock climbs back at the power limit: calls queued after it
+    # without being timed (settle_ms of GPU work) bring the clock back to its loaded level first,
+    # and a window of at least min_window_ms averages the power limiter's swings (short windows of
+    # sub-ms calls read 5-10% apart on identical kernels).
+    call_ms = float(np.median(group_s)) / 8 * 1e3 if group_s else host_ms
+    settle, reps, spin_ms = timing_window(call_ms, host_ms, reps, settle_ms, min_window_ms)
     torch.cuda._sleep(int(spin_ms * SPIN_CYCLES_PER_MS))
+    for _ in range(settle):
+        fn()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
     for start, end in events:
@@ -292,7 +319,7 @@ def time_ms(torch, fn, warmup: int, reps: int) -> Timing:
         end.record()
     sync(torch)
     times = [start.elapsed_time(end) for start, end in events]
-    return Timing(float(np.median(times)), host_ms)
+    return Timing(float(np.median(times)), host_ms, reps)
 
 
 def time_mask_build(torch, make, extra: dict, name: str):
@@ -629,7 +656,7 @@ def timed(torch, fn, warmup: int, reps: int):
     """fn timed once (time_ms) with the GPU's clock sampled over its warm-up and timed calls:
     (Timing, ClockSample or None)."""
     with ClockSampler(CLOCK_READ) as clock:
-        timing = time_ms(torch, fn, warmup, reps)
+        timing = time_ms(torch, fn, warmup, reps, SETTLE_MS, MIN_WINDOW_MS)
     return timing, clock.result
 
 
@@ -666,6 +693,8 @@ def phase_fields(phase: str, results) -> dict:
     if len(results) > 1:
         fields[f"{phase}_ms_rounds"] = [round(ms, 4) for ms in gpu_ms]
     fields[f"{phase}_host_ms"] = round(float(np.median([timing.host_ms for timing, _ in results])), 4)
+    if results[-1][0].reps:
+        fields[f"{phase}_reps"] = results[-1][0].reps
     clock = mean_clock([sample for _, sample in results])
     if clock is not None:
         fields.update(clock.fields(phase))
@@ -914,7 +943,12 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--warmup-s", type=float, default=0.3,
                    help="also keep warming up until this many seconds passed (GPU clocks)")
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=10,
+                   help="timed calls per timing, at least (see --min-window-ms)")
+    p.add_argument("--min-window-ms", type=float, default=40.0,
+                   help="more timed calls where --reps of them would take less GPU time than this")
+    p.add_argument("--settle-ms", type=float, default=20.0,
+                   help="GPU time of untimed calls queued between the spin and the timed ones")
     p.add_argument("--rounds", type=int, default=1,
                    help="time each row's implementations this many times, in list order then reversed "
                         "(ABBA), and report the median (per-round times as fwd_ms_rounds, bwd_ms_rounds)")
@@ -939,10 +973,11 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    global SMOKE, WARMUP_S, KERNEL_TIME, CLOCK_READ
+    global SMOKE, WARMUP_S, SETTLE_MS, MIN_WINDOW_MS, KERNEL_TIME, CLOCK_READ
     SMOKE = args.smoke
     KERNEL_TIME = args.kernel_time and not SMOKE
     WARMUP_S = 0.0 if SMOKE else args.warmup_s
+    SETTLE_MS, MIN_WINDOW_MS = args.settle_ms, args.min_window_ms
     if not SMOKE and not torch.cuda.is_available():
         print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
         return 2
@@ -956,11 +991,12 @@ def main(argv=None) -> int:
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
             "commit": provenance.git_commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
             "date": provenance.utc_now(),
-            "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call) "
+            "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call), "
+                      "untimed calls of settle_ms GPU time between the spin and the timed ones, at least min_window_ms of timed calls, "
                       "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
             "kernel_time": KERNEL_TIME, "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps,
-            "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens}
+            "settle_ms": SETTLE_MS, "min_window_ms": MIN_WINDOW_MS, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens}
     if args.rounds > 1:
         meta["method"] += (f"; {args.rounds} rounds per row, the implementations timed in alternating order "
                            "(list order in even rounds, reversed in odd ones: ABBA), median over the rounds")

@@ -146,3 +146,15 @@ def test_one_round_rows_carry_no_per_round_fields(smoke):
     for r in result["rows"]:
         assert r["fwd_ms"] > 0 and r["bwd_ms"] > 0 and r["fwd_host_ms"] > 0
         assert not [key for key in r if key.endswith("_rounds")], r
+
+
+def test_timing_window_fills_short_calls_up_to_the_minimum_window_and_settles_first():
+    # 0.25 ms calls: 20 ms of settling is 80 calls, 40 ms of timing 160 (more than --reps 10), and
+    # the spin outlasts the host's queuing of all 240 at 0.2 ms each
+    assert kernel_bench.timing_window(0.25, 0.2, 10, 20.0, 40.0) == (80, 160, 1.5 * 240 * 0.2 + 0.2)
+    # long calls keep --reps and settle with one call
+    settle, reps, spin = kernel_bench.timing_window(24.0, 0.3, 10, 20.0, 40.0)
+    assert (settle, reps) == (1, 10) and spin == 1.5 * 11 * 0.3 + 0.2
+    # the window never exceeds MAX_REPS; without settle_ms / min_window_ms it is --reps alone
+    assert kernel_bench.timing_window(0.001, 0.1, 10, 0.0, 40.0)[1] == kernel_bench.MAX_REPS
+    assert kernel_bench.timing_window(0.5, 0.1, 10, 0.0, 0.0)[:2] == (0, 10)
