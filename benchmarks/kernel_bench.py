@@ -599,6 +599,11 @@ def error_text(e: Exception, width: int) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:width] if str(e) else ''}"
 
 
+def note_backward_error(row: dict, e: Exception) -> None:
+    """A failing backward in the row's error; the forward's numbers stay."""
+    row["error"] = f"backward: {error_text(e, 160)}"
+
+
 def round_order(items, r: int) -> list:
     """The order round r times a row's implementations in: list order in even rounds, reversed in
     odd ones (ABBA over two rounds), so that no implementation always runs first or last."""
@@ -649,7 +654,7 @@ def set_up(torch, p: Prepared, case) -> None:
         row["compile_s"] = round(row["compile_s"] + time.perf_counter() - t0, 2)
         p.bwd = bwd
     except Exception as e:
-        row["error"] = f"backward: {error_text(e, 160)}"
+        note_backward_error(row, e)
 
 
 def timed(torch, fn, warmup: int, reps: int):
@@ -670,7 +675,7 @@ def time_round(torch, p: Prepared, warmup: int, reps: int) -> None:
     try:
         p.rounds["bwd"].append(timed(torch, p.bwd, warmup, reps))
     except Exception as e:
-        p.row["error"] = f"backward: {error_text(e, 160)}"
+        note_backward_error(p.row, e)
         p.bwd, p.rounds["bwd"] = None, []
 
 
@@ -686,8 +691,9 @@ def mean_clock(samples) -> ClockSample | None:
 
 def phase_fields(phase: str, results) -> dict:
     """A phase's row fields from its rounds' (Timing, ClockSample): {phase}_ms and {phase}_host_ms
-    the medians over the rounds, the clock fields of their mean (mean_clock) and, with more than one
-    round, {phase}_ms_rounds: each round's GPU ms, in round order."""
+    the medians over the rounds, {phase}_reps the last round's timed calls (where time_ms recorded
+    them), the clock fields of their mean (mean_clock) and, with more than one round,
+    {phase}_ms_rounds: each round's GPU ms, in round order."""
     gpu_ms = [timing.gpu_ms for timing, _ in results]
     fields = {f"{phase}_ms": round(float(np.median(gpu_ms)), 4)}
     if len(results) > 1:
@@ -715,7 +721,7 @@ def record(torch, p: Prepared, reps: int) -> None:
         try:
             p.row["bwd_kernel_ms"] = round(kernel_ms(torch, p.bwd, reps), 4)
         except Exception as e:
-            p.row["error"] = f"backward: {error_text(e, 160)}"
+            note_backward_error(p.row, e)
 
 
 def drop(torch, p: Prepared, e: Exception) -> None:
