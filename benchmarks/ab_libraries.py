@@ -1,0 +1,172 @@
+"""A/B of library builds: benchmarks/kernel_bench.py in one process per (round, library), the
+libraries alternating (list order in even rounds, reversed in odd ones: ABBA), every row labelled
+with its library, and per row of the matrix the median TFLOP/s of each library over the rounds and
+its ratio to the first library's.
+
+    python3 benchmarks/ab_libraries.py --lib main=build_main/libflashmask.so \\
+        --lib new=build/flashmask/libflashmask.so --rounds 2 \\
+        --json benchmarks/results/kernel_h200_X_ab.json -- --impls flashmask --seqlens 8192 --masks causal
+
+Everything after ``--`` goes to kernel_bench.py (not --json, --png or --append: each process writes
+its own). One process per library keeps each process on one library (the torch binding loads one
+per process, FLASHMASK_LIB); kernel_bench's own --variant compares kernel switches of one library
+inside a process. Processes rather than rows alternate because between processes on one GPU the
+same kernel moved 5-10% on sparse masks (benchmarks/README.md), so a one-sided order would read as
+a difference. The JSON holds the command, the libraries (path, size, SHA-256), each process's
+kernel_bench meta, the rows (``library``, ``round``) and the summary.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from flashmask_paddle.bench import provenance  # noqa: E402
+
+KERNEL_BENCH = REPO / "benchmarks" / "kernel_bench.py"
+# A row of the matrix: what kernel_bench varies, and the implementation (variants included).
+ROW_KEYS = ("impl", "mask", "seqlen", "heads", "heads_k", "head_dim", "dtype", "dropout")
+PHASES = ("fwd", "bwd")
+OWN_OUTPUTS = ("--json", "--png", "--append")
+
+
+def parse_lib(spec: str) -> tuple[str, Path]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--lib {spec!r}: expected NAME=PATH")
+    return name, Path(path)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", type=parse_lib, action="append", required=True, metavar="NAME=PATH",
+                   help="a library build to time (at least two; the first is the baseline of the ratios)")
+    p.add_argument("--rounds", type=int, default=2, help="processes per library, alternating (ABBA)")
+    p.add_argument("--json", type=Path, required=True)
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per kernel_bench process")
+    p.add_argument("--bench", type=Path, default=KERNEL_BENCH, help=argparse.SUPPRESS)  # tests
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then kernel_bench.py's arguments")
+    args = p.parse_args(argv)
+    if args.bench_args[:1] == ["--"]:
+        args.bench_args = args.bench_args[1:]
+    names = [name for name, _ in args.lib]
+    if len(names) < 2:
+        p.error("--lib: give at least two libraries to compare")
+    if len(set(names)) != len(names):
+        p.error(f"--lib: library names must differ, got {names}")
+    for name, path in args.lib:
+        if not path.is_file():
+            p.error(f"--lib {name}={path}: no such file")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    for flag in OWN_OUTPUTS:
+        if any(a == flag or a.startswith(flag + "=") for a in args.bench_args):
+            p.error(f"kernel_bench argument {flag}: each process writes its own output, leave it out")
+    return args
+
+
+def process_order(names: list[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, library) in the order the processes run: list order in even rounds, reversed in odd."""
+    return [(r, name) for r in range(rounds) for name in (names if r % 2 == 0 else names[::-1])]
+
+
+def describe(path: Path) -> dict:
+    data = path.read_bytes()
+    return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def run_bench(bench: Path, bench_args: list[str], lib: Path, out: Path, timeout: float) -> dict:
+    """One kernel_bench process on `lib`; returns its JSON. Raises RuntimeError with the log's tail."""
+    env = dict(os.environ, FLASHMASK_LIB=str(lib.resolve()))
+    cmd = [sys.executable, str(bench), *bench_args, "--json", str(out), "--png", str(out.with_suffix(".png"))]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0 or not out.is_file():
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        raise RuntimeError(f"kernel_bench on {lib} exited with {proc.returncode}:\n{tail}")
+    return json.loads(out.read_text())
+
+
+def row_key(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ROW_KEYS)
+
+
+def summarize(rows: list[dict], names: list[str]) -> list[dict]:
+    """Per row of the matrix: each library's median TFLOP/s over its rounds and the ratio to the
+    first library's median (absent where a library has no time for that phase)."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(row_key(r), {}).setdefault(r["library"], []).append(r)
+    summary = []
+    for key, by_lib in groups.items():
+        entry = dict(zip(ROW_KEYS, key))
+        for phase in PHASES:
+            medians = {}
+            for name in names:
+                values = [r[f"{phase}_tflops"] for r in by_lib.get(name, []) if r.get(f"{phase}_tflops")]
+                if values:
+                    medians[name] = statistics.median(values)
+                    entry[f"{phase}_tflops_{name}"] = round(medians[name], 1)
+                    entry[f"{phase}_tflops_{name}_rounds"] = [round(v, 1) for v in values]
+            base = medians.get(names[0])
+            for name in names[1:]:
+                if base and name in medians:
+                    entry[f"{phase}_ratio_{name}"] = round(medians[name] / base, 4)
+        summary.append(entry)
+    return summary
+
+
+def table(summary: list[dict], names: list[str]) -> str:
+    head = f"{'impl':<18} {'mask':<22} {'S':>6} {'Hk':>3} {'D':>4} {'dtype':<5}"
+    for name in names:
+        head += f" {name + ' fwd/bwd':>18}"
+    lines = [head]
+    for e in summary:
+        line = f"{e['impl']:<18} {e['mask']:<22} {e['seqlen']:>6} {e['heads_k']:>3} {e['head_dim']:>4} {e['dtype']:<5}"
+        for i, name in enumerate(names):
+            cell = "/".join(f"{e[f'{ph}_tflops_{name}']:.0f}" if f"{ph}_tflops_{name}" in e else "-" for ph in PHASES)
+            if i:
+                cell += " (" + "/".join(f"{e[f'{ph}_ratio_{name}']:.3f}" if f"{ph}_ratio_{name}" in e else "-"
+                                        for ph in PHASES) + ")"
+            line += f" {cell:>18}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    names = [name for name, _ in args.lib]
+    paths = dict(args.lib)
+    rows, metas = [], []
+    with tempfile.TemporaryDirectory(prefix="ab_libraries_") as tmp:
+        for i, (rnd, name) in enumerate(process_order(names, args.rounds)):
+            result = run_bench(args.bench, args.bench_args, paths[name], Path(tmp) / f"run{i}_{name}.json",
+                               args.timeout)
+            metas.append(dict(result["meta"], library=name, round=rnd))
+            rows += [dict(r, library=name, round=rnd) for r in result["rows"]]
+            print(f"ab_libraries: round {rnd} {name}: {len(result['rows'])} rows", flush=True)
+    summary = summarize(rows, names)
+    print(table(summary, names))
+    meta = provenance.record("ab_libraries.py " + " ".join(argv), metas[0].get("device", "unknown"),
+                             dirty_paths=["benchmarks/ab_libraries.py", "benchmarks/kernel_bench.py"])
+    meta.update(rounds=args.rounds, order=[f"{r}:{n}" for r, n in process_order(names, args.rounds)],
+                libraries={name: describe(paths[name]) for name in names}, processes=metas)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""benchmarks/ab_libraries.py: process order, merging, medians and ratios, and its argument errors,
+with a stand-in for kernel_bench.py (no GPU) whose TFLOP/s depend on the library and the round."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import ab_libraries  # noqa: E402
+
+# Writes one row per mask given after --masks; fwd TFLOP/s = the library file's number + the count
+# of processes before this one (so rounds differ), bwd = half of it. Logs the library it ran on.
+STUB = '''
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--json") + 1]
+masks = []
+if "--masks" in args:
+    for a in args[args.index("--masks") + 1:]:
+        if a.startswith("--"):
+            break
+        masks.append(a)
+lib = os.environ["FLASHMASK_LIB"]
+base = float(open(lib).read())
+log = os.path.join(os.path.dirname(__file__), "order.log")
+before = len(open(log).read().split()) if os.path.exists(log) else 0
+open(log, "a").write(os.path.basename(lib) + " ")
+if base < 0:
+    print("stub: failing on purpose", file=sys.stderr)
+    sys.exit(3)
+rows = [{"impl": "flashmask", "mask": m, "seqlen": 8192, "heads": 16, "heads_k": 16, "head_dim": 128,
+         "dtype": "bf16", "fwd_tflops": base + before, "bwd_tflops": (base + before) / 2} for m in masks]
+json.dump({"meta": {"device": "stub GPU", "command": " ".join(args)}, "rows": rows}, open(out, "w"))
+'''
+
+
+@pytest.fixture
+def stub(tmp_path):
+    script = tmp_path / "bench_stub.py"
+    script.write_text(STUB)
+    libs = {}
+    for name, value in (("a", "100"), ("b", "120"), ("bad", "-1")):
+        libs[name] = tmp_path / f"lib_{name}.so"
+        libs[name].write_text(value)
+    return script, libs, tmp_path / "order.log"
+
+
+def test_processes_alternate_and_the_summary_has_medians_and_ratios(stub, tmp_path):
+    script, libs, log = stub
+    out = tmp_path / "ab.json"
+    assert ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"b={libs['b']}", "--rounds", "3",
+                              "--json", str(out), "--bench", str(script), "--",
+                              "--masks", "causal", "document"]) == 0
+    assert log.read_text().split() == ["lib_a.so", "lib_b.so", "lib_b.so", "lib_a.so", "lib_a.so", "lib_b.so"]
+    result = json.loads(out.read_text())
+    assert len(result["rows"]) == 12 and {r["library"] for r in result["rows"]} == {"a", "b"}
+    assert result["meta"]["order"] == ["0:a", "0:b", "1:b", "1:a", "2:a", "2:b"]
+    assert result["meta"]["libraries"]["b"]["bytes"] == 3 and len(result["meta"]["libraries"]["b"]["sha256"]) == 64
+    assert result["meta"]["device"] == "stub GPU"
+    by_mask = {e["mask"]: e for e in result["summary"]}
+    assert set(by_mask) == {"causal", "document"}
+    # a ran as processes 0, 3, 4 -> 100, 103, 104; b as 1, 2, 5 -> 121, 122, 125
+    e = by_mask["document"]
+    assert e["fwd_tflops_a_rounds"] == [100.0, 103.0, 104.0] and e["fwd_tflops_a"] == 103.0
+    assert e["fwd_tflops_b"] == 122.0 and e["bwd_tflops_b"] == 61.0
+    assert e["fwd_ratio_b"] == pytest.approx(122 / 103, abs=1e-4)
+    assert e["bwd_ratio_b"] == pytest.approx(61 / 51.5, abs=1e-4)
+
+
+def test_a_failing_process_is_reported_with_its_output(stub, tmp_path):
+    script, libs, _ = stub
+    with pytest.raises(RuntimeError, match="exited with 3(.|\n)*failing on purpose"):
+        ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"bad={libs['bad']}", "--json",
+                           str(tmp_path / "x.json"), "--bench", str(script), "--", "--masks", "causal"])
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lib", "a=LIB_A"], "at least two"),
+    (["--lib", "a=LIB_A", "--lib", "a=LIB_B"], "names must differ"),
+    (["--lib", "a=LIB_A", "--lib", "b=/nonexistent/lib.so"], "no such file"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--rounds", "0"], "at least 1"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--", "--json", "x.json"], "--json"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--", "--png=x.png"], "--png"),
+    (["--lib", "nopath", "--lib", "b=LIB_B"], "NAME=PATH"),
+])
+def test_argument_errors_name_the_argument(stub, tmp_path, capsys, argv, message):
+    _, libs, _ = stub
+    argv = [a.replace("LIB_A", str(libs["a"])).replace("LIB_B", str(libs["b"])) for a in argv]
+    with pytest.raises(SystemExit):
+        ab_libraries.main(["--json", str(tmp_path / "x.json")] + argv)
+    assert message in capsys.readouterr().err
