@@ -28,14 +28,16 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO, REPO / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
+import kernel_bench  # noqa: E402  (its row_key: what one row of the matrix is)
 from flashmask_paddle.bench import provenance  # noqa: E402
 
 KERNEL_BENCH = REPO / "benchmarks" / "kernel_bench.py"
-# A row of the matrix: what kernel_bench varies, and the implementation (variants included).
-ROW_KEYS = ("impl", "mask", "seqlen", "heads", "heads_k", "head_dim", "dtype", "dropout")
+# The fields a summary entry repeats from its rows (the table prints them).
+DESCRIBING = ("impl", "mask", "seqlen", "heads", "heads_k", "head_dim", "dtype", "dropout")
 PHASES = ("fwd", "bwd")
 OWN_OUTPUTS = ("--json", "--png", "--append")
 
@@ -97,19 +99,16 @@ def run_bench(bench: Path, bench_args: list[str], lib: Path, out: Path, timeout:
     return json.loads(out.read_text())
 
 
-def row_key(row: dict) -> tuple:
-    return tuple(row.get(k) for k in ROW_KEYS)
-
-
 def summarize(rows: list[dict], names: list[str]) -> list[dict]:
     """Per row of the matrix: each library's median TFLOP/s over its rounds and the ratio to the
     first library's median (absent where a library has no time for that phase)."""
-    groups: dict = {}
+    groups: dict = {}  # (impl, kernel_bench.row_key) -> library -> rows
     for r in rows:
-        groups.setdefault(row_key(r), {}).setdefault(r["library"], []).append(r)
+        groups.setdefault((r["impl"], kernel_bench.row_key(r)), {}).setdefault(r["library"], []).append(r)
     summary = []
-    for key, by_lib in groups.items():
-        entry = dict(zip(ROW_KEYS, key))
+    for by_lib in groups.values():
+        first = next(iter(by_lib.values()))[0]
+        entry = {k: first[k] for k in DESCRIBING if k in first}
         for phase in PHASES:
             medians = {}
             for name in names:
