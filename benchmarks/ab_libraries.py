@@ -9,10 +9,12 @@ its ratio to the first library's.
 
 Everything after ``--`` goes to kernel_bench.py (not --json, --png or --append: each process writes
 its own). One process per library keeps each process on one library (the torch binding loads one
-per process, FLASHMASK_LIB); kernel_bench's own --variant compares kernel switches of one library
-inside a process. Processes rather than rows alternate because between processes on one GPU the
-same kernel moved 5-10% on sparse masks (benchmarks/README.md), so a one-sided order would read as
-a difference. The JSON holds the command, the libraries (path, size, SHA-256), each process's
+per process, FLASHMASK_LIB). ``--env NAME:VAR=VALUE`` sets a variable in build NAME's processes, so
+that one library under a kernel switch is a build of its own (``--lib pool0=LIB --env
+pool0:FLASHMASK_X=0`` beside ``--lib default=LIB``), alternating with the others as processes;
+kernel_bench's own --variant compares switches inside one process. Processes rather than rows
+alternate because between processes on one GPU the same kernel moved 5-10% on sparse masks
+(benchmarks/README.md), so a one-sided order would read as a difference. The JSON holds the command, the libraries (path, size, SHA-256), each process's
 kernel_bench meta, the rows (``library``, ``round``) and the summary.
 """
 from __future__ import annotations
@@ -49,11 +51,21 @@ def parse_lib(spec: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def parse_env(spec: str) -> tuple[str, str, str]:
+    name, sep, assignment = spec.partition(":")
+    var, eq, value = assignment.partition("=")
+    if not sep or not name or not eq or not var:
+        raise argparse.ArgumentTypeError(f"--env {spec!r}: expected NAME:VAR=VALUE")
+    return name, var, value
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", type=parse_lib, action="append", required=True, metavar="NAME=PATH",
                    help="a library build to time (at least two; the first is the baseline of the ratios)")
+    p.add_argument("--env", type=parse_env, action="append", default=[], metavar="NAME:VAR=VALUE",
+                   help="an environment variable of build NAME's processes (repeatable)")
     p.add_argument("--rounds", type=int, default=2, help="processes per library, alternating (ABBA)")
     p.add_argument("--json", type=Path, required=True)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per kernel_bench process")
@@ -70,6 +82,13 @@ def parse_args(argv):
     for name, path in args.lib:
         if not path.is_file():
             p.error(f"--lib {name}={path}: no such file")
+    args.envs = {name: {} for name in names}
+    for name, var, value in args.env:
+        if name not in args.envs:
+            p.error(f"--env {name}:{var}={value}: no --lib named {name!r}")
+        if var == "FLASHMASK_LIB":
+            p.error(f"--env {name}:{var}: the library comes from --lib")
+        args.envs[name][var] = value
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     for flag in OWN_OUTPUTS:
@@ -88,14 +107,17 @@ def describe(path: Path) -> dict:
     return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def run_bench(bench: Path, bench_args: list[str], lib: Path, out: Path, timeout: float) -> dict:
-    """One kernel_bench process on `lib`; returns its JSON. Raises RuntimeError with the log's tail."""
-    env = dict(os.environ, FLASHMASK_LIB=str(lib.resolve()))
+def run_bench(bench: Path, bench_args: list[str], lib: Path, out: Path, timeout: float,
+              extra_env: dict | None = None) -> dict:
+    """One kernel_bench process on `lib` (with `extra_env` set); returns its JSON. Raises
+    RuntimeError with the log's tail."""
+    env = dict(os.environ, **(extra_env or {}), FLASHMASK_LIB=str(lib.resolve()))
     cmd = [sys.executable, str(bench), *bench_args, "--json", str(out), "--png", str(out.with_suffix(".png"))]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not out.is_file():
         tail = (proc.stdout + proc.stderr)[-2000:]
-        raise RuntimeError(f"kernel_bench on {lib} exited with {proc.returncode}:\n{tail}")
+        with_env = "".join(f" {k}={v}" for k, v in (extra_env or {}).items())
+        raise RuntimeError(f"kernel_bench on {lib}{with_env} exited with {proc.returncode}:\n{tail}")
     return json.loads(out.read_text())
 
 
@@ -151,7 +173,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="ab_libraries_") as tmp:
         for i, (rnd, name) in enumerate(process_order(names, args.rounds)):
             result = run_bench(args.bench, args.bench_args, paths[name], Path(tmp) / f"run{i}_{name}.json",
-                               args.timeout)
+                               args.timeout, args.envs[name])
             metas.append(dict(result["meta"], library=name, round=rnd))
             rows += [dict(r, library=name, round=rnd) for r in result["rows"]]
             print(f"ab_libraries: round {rnd} {name}: {len(result['rows'])} rows", flush=True)
@@ -160,7 +182,8 @@ def main(argv=None) -> int:
     meta = provenance.record("ab_libraries.py " + " ".join(argv), metas[0].get("device", "unknown"),
                              dirty_paths=["benchmarks/ab_libraries.py", "benchmarks/kernel_bench.py"])
     meta.update(rounds=args.rounds, order=[f"{r}:{n}" for r, n in process_order(names, args.rounds)],
-                libraries={name: describe(paths[name]) for name in names}, processes=metas)
+                libraries={name: dict(describe(paths[name]), env=args.envs[name]) for name in names},
+                processes=metas)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")

@@ -29,7 +29,7 @@ lib = os.environ["FLASHMASK_LIB"]
 base = float(open(lib).read())
 log = os.path.join(os.path.dirname(__file__), "order.log")
 before = len(open(log).read().split()) if os.path.exists(log) else 0
-open(log, "a").write(os.path.basename(lib) + " ")
+open(log, "a").write(os.path.basename(lib) + os.environ.get("STUB_TAG", "") + " ")
 if base < 0:
     print("stub: failing on purpose", file=sys.stderr)
     sys.exit(3)
@@ -80,6 +80,23 @@ def test_a_failing_process_is_reported_with_its_output(stub, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_env_makes_one_library_a_build_of_its_own(stub, tmp_path):
+    """--env NAME:VAR=VALUE reaches only NAME's processes: the same library twice, one under a
+    switch, alternating like two libraries."""
+    script, libs, log = stub
+    out = tmp_path / "ab.json"
+    assert ab_libraries.main(["--lib", f"plain={libs['a']}", "--lib", f"switched={libs['a']}",
+                              "--env", "switched:STUB_TAG=+on", "--rounds", "2", "--json", str(out),
+                              "--bench", str(script), "--", "--masks", "causal"]) == 0
+    assert log.read_text().split() == ["lib_a.so", "lib_a.so+on", "lib_a.so+on", "lib_a.so"]
+    result = json.loads(out.read_text())
+    assert result["meta"]["libraries"]["switched"]["env"] == {"STUB_TAG": "+on"}
+    assert result["meta"]["libraries"]["plain"]["env"] == {}
+    (e,) = result["summary"]
+    # plain ran as processes 0 and 3 (100, 103), switched as 1 and 2 (101, 102)
+    assert e["fwd_tflops_plain_rounds"] == [100.0, 103.0] and e["fwd_tflops_switched_rounds"] == [101.0, 102.0]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--lib", "a=LIB_A"], "at least two"),
     (["--lib", "a=LIB_A", "--lib", "a=LIB_B"], "names must differ"),
@@ -88,6 +105,9 @@ def test_a_failing_process_is_reported_with_its_output(stub, tmp_path):
     (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--", "--json", "x.json"], "--json"),
     (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--", "--png=x.png"], "--png"),
     (["--lib", "nopath", "--lib", "b=LIB_B"], "NAME=PATH"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--env", "c:X=1"], "no --lib named 'c'"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--env", "b:X"], "NAME:VAR=VALUE"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--env", "b:FLASHMASK_LIB=x.so"], "comes from --lib"),
 ])
 def test_argument_errors_name_the_argument(stub, tmp_path, capsys, argv, message):
     _, libs, _ = stub
