@@ -782,8 +782,9 @@ def bench_case(torch, impls, case, base: dict, args, done) -> None:
     then timed --rounds times, round r in round_order(..., r) (the median over the rounds reported:
     no implementation is always timed first, or last, as the GPU warms up at its power limit); each
     one's row completed (record, mask preparation times, TFLOP/s) and handed to done(row) in list
-    order, skipped rows included; then every output against ours (cross_check). Everything set up
-    here, autograd graphs included, is released on return."""
+    order, skipped rows included, once every output has been checked against ours (cross_check), so
+    that each row written carries its rel_err_vs_flashmask. Everything set up here, autograd graphs
+    included, is released on return."""
     prepared = [prepare(torch, impl, case, {"impl": impl.name, **base}, args.dropout) for impl in impls]
     for r in range(args.rounds):
         live = [p for p in prepared if p.fwd is not None]  # neither skipped nor failed
@@ -802,8 +803,9 @@ def bench_case(torch, impls, case, base: dict, args, done) -> None:
                     drop(torch, p, e)
             p.row.update({k: round(v, 3) for k, v in p.extra.items()})
             add_tflops(p.row, flops)
-        done(p.row)
     cross_check(prepared)
+    for p in prepared:
+        done(p.row)
 
 
 def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, seed, dropout=0.0):

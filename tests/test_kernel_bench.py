@@ -139,6 +139,23 @@ def test_rounds_time_each_row_in_abba_order_and_report_the_median(smoke):
     assert all(r["rel_err_vs_flashmask"] < 1e-5 for r in rows if r["impl"] == b)
 
 
+def test_rows_are_written_with_their_cross_check(smoke, monkeypatch):
+    """Each JSON write during the run (what a timeout leaves) already has the written rows' error
+    against ours: rows are handed on only after their row set's outputs were compared."""
+    writes, write_json = [], kernel_bench._write_json
+
+    def recording(args, meta, rows, wall_s):
+        writes.append([dict(r) for r in rows])
+        return write_json(args, meta, rows, wall_s)
+
+    monkeypatch.setattr(kernel_bench, "_write_json", recording)
+    smoke()
+    during_run = writes[:-1]  # the last write is the final one
+    assert len(during_run) == 4
+    for rows in during_run:
+        assert all("rel_err_vs_flashmask" in r for r in rows if r["impl"] == "flashmask:b"), rows
+
+
 def test_one_round_rows_carry_no_per_round_fields(smoke):
     result, timed = smoke()
     assert result["meta"]["rounds"] == 1 and "alternating" not in result["meta"]["method"]
