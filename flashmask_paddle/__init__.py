@@ -6,14 +6,16 @@ paddle; ``flashmask_attention`` loads paddle and the compiled custom op on first
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["flashmask_attention", "masks", "reference", "__version__"]
+__all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "cached_plan_count", "masks",
+           "reference", "__version__"]
+_API = ("flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "cached_plan_count")
 
 
 def __getattr__(name):  # lazy: keep `import flashmask_paddle.masks` free of paddle
-    if name == "flashmask_attention":
-        from .api import flashmask_attention
+    if name in _API:
+        from . import api
 
-        return flashmask_attention
+        return getattr(api, name)
     if name in ("masks", "reference"):
         import importlib
 

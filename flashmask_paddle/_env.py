@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-__all__ = ["Variable", "VARIABLES", "flag", "value", "markdown"]
+__all__ = ["Variable", "VARIABLES", "flag", "value", "kernel_settings", "markdown"]
 
 
 class Variable(NamedTuple):
@@ -32,9 +32,9 @@ VARIABLES = (
              "mask tensor and version); out-of-range bounds then give undefined results.",
              "flashmask_paddle.api, flashmask_paddle.torch"),
     Variable("FLASHMASK_MASK_PLAN", "1",
-             "0: no mask plans in the torch binding: every CUDA call preprocesses its mask itself "
-             "instead of reusing the plan built for the same mask tensor by an earlier call.",
-             "flashmask_paddle.torch"),
+             "0: no mask plans: every CUDA call preprocesses its mask itself instead of reusing the "
+             "plan built for the same mask tensor by an earlier call.",
+             "flashmask_paddle.api, flashmask_paddle.torch"),
     Variable("FLASHMASK_FORCE_PATH", "(auto)",
              "sm80 or sm90: run the portable or the Hopper CUDA kernels regardless of the device.",
              "paddle_ops/cuda/sm90/path_sm90.cu"),
@@ -116,6 +116,13 @@ def value(name: str) -> str | None:
     if name not in _BY_NAME:
         raise KeyError(f"{name} is not a registered FLASHMASK_* variable (flashmask_paddle._env.VARIABLES)")
     return os.environ.get(name)
+
+
+def kernel_settings() -> tuple:
+    """(name, value) of every variable the compiled kernels read that is set now: what, besides a
+    call's arguments, decides their path and their mask plans' layout."""
+    return tuple((v.name, os.environ[v.name]) for v in VARIABLES
+                 if "paddle_ops/" in v.read_by and v.name in os.environ)
 
 
 def flag(name: str) -> bool:

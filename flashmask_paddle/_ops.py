@@ -17,6 +17,7 @@ from . import _capabilities, _env
 
 LIBRARY_NAME = "flashmask_ops.so"  # setup_ops.py: OP_EXTENSION = "flashmask_paddle.flashmask_ops"
 OP_NAME = "flashmask_attn"
+PLAN_OP_NAME = "flashmask_attn_plan"
 
 _lock = threading.Lock()
 _loaded_path: str | None = None
@@ -59,8 +60,9 @@ def library_path() -> str:
 
             path = find_library()
             ops = load_op_meta_info_and_register_op(path)
-            if OP_NAME not in ops:
-                raise ImportError(f"flashmask_paddle: {path} does not register the '{OP_NAME}' op "
+            missing = [name for name in (OP_NAME, PLAN_OP_NAME) if name not in ops]
+            if missing:
+                raise ImportError(f"flashmask_paddle: {path} does not register the op(s) {missing} "
                                   f"(found {ops}); rebuild with `python setup_ops.py install`")
             _loaded_path = path
     return _loaded_path
@@ -72,12 +74,27 @@ def capabilities(cuda: bool):
 
 
 def flashmask_attn(q, k, v, startend_row_indices, block_mask, seed_offset, causal: bool,
-                   softmax_scale: float, dropout: float = 0.0, deterministic: bool = False):
-    """Runs the custom op (autograd-aware). Inputs must already be validated. Returns (out, lse)."""
+                   softmax_scale: float, dropout: float = 0.0, deterministic: bool = False,
+                   fwd_plan=None, bwd_plan=None):
+    """Runs the custom op (autograd-aware). Inputs must already be validated; the plans, if any,
+    come from :func:`build_plan` for this problem and mask (the backward's rides along to the
+    gradient op). Returns (out, lse)."""
     library_path()
     from paddle import _C_ops
 
     out, lse = _C_ops._run_custom_op(OP_NAME, q, k, v, startend_row_indices, block_mask, seed_offset,
-                                     bool(causal), float(softmax_scale), float(dropout),
-                                     bool(deterministic))
+                                     fwd_plan, bwd_plan, bool(causal), float(softmax_scale),
+                                     float(dropout), bool(deterministic))
     return out, lse
+
+
+def build_plan(q, k, v, startend_row_indices, block_mask, causal: bool, dropout: float,
+               deterministic: bool, backward: bool):
+    """The forward's or the backward's mask plan of this problem and mask (GPU tensors; a uint8
+    tensor built on the current stream). Inputs must already be validated."""
+    library_path()
+    from paddle import _C_ops
+
+    plan = _C_ops._run_custom_op(PLAN_OP_NAME, q, k, v, startend_row_indices, block_mask, bool(causal),
+                                 float(dropout), bool(deterministic), bool(backward))
+    return plan[0] if isinstance(plan, (list, tuple)) else plan

@@ -2,12 +2,14 @@
 backed by this package's own custom op (CPU kernel; CUDA kernel when built with CUDA)."""
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import paddle
 
-from . import _env, _ops, _validate
+from . import _env, _ops, _plans, _validate
 
-__all__ = ["flashmask_attention"]
+__all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "cached_plan_count"]
 
 
 # Traced as Python, not converted: the function branches on arguments only, never on tensor values.
@@ -76,6 +78,11 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     Deterministic backward: ``paddle.set_flags({"FLAGS_cudnn_deterministic": True})`` or
     ``FLASHMASK_DETERMINISTIC=1`` (docs/ENV.md) makes dQ bitwise reproducible on GPU.
 
+    On GPU the mask's preprocessing (its mask plan) is built by the first call with a
+    ``startend_row_indices`` tensor and reused by later calls with it (every layer, forward and
+    backward) until the tensor is changed in place or freed; :func:`prepare_mask_plan` builds it
+    ahead.
+
     Returns:
         ``out`` (``[batch_size, seqlen_q, num_heads, head_dim_v]``, dtype of ``query``), or a list ``[out, lse]``, ``[out, seed_offset]``
         or ``[out, lse, seed_offset]`` following ``return_softmax_lse`` / ``return_seed_offset``.
@@ -97,41 +104,12 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
             >>> out = flashmask_attention(q, k, v, paddle.to_tensor(idx), causal=causal)
             >>> out, lse = flashmask_attention(q, k, v, causal=True, return_softmax_lse=True)
     """
-    for arg, t in (("query", query), ("key", key), ("value", value)):
-        if not _is_tensor(t):
-            raise TypeError(f"{arg} must be a paddle.Tensor, got {type(t).__name__}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    causal = bool(causal)
+    causal, dims = _check_qkv(query, key, value, causal)
     dropout = _validate.check_dropout(dropout, training)
-    on_gpu = _on_gpu(query)
-    dims = _validate.check_qkv(query.shape, key.shape, value.shape, query.dtype, key.dtype,
-                               value.dtype, _ops.capabilities(cuda=on_gpu))
     scale = _validate.check_softmax_scale(softmax_scale, dims.head_dim)
     if fixed_seed_offset is not None:
         _check_seed_offset(fixed_seed_offset)
-
-    if window_size is not None:
-        if startend_row_indices is not None:
-            raise ValueError("window_size and startend_row_indices cannot both be given: "
-                             "window_size builds the indices itself")
-        startend_row_indices = _sliding_window_indices(window_size, dims, causal, query.place)
-    elif startend_row_indices is not None:
-        if not _is_tensor(startend_row_indices):
-            raise TypeError("startend_row_indices must be a paddle.Tensor or None, got "
-                            f"{type(startend_row_indices).__name__}")
-        _validate.check_indices_layout(startend_row_indices.shape, startend_row_indices.dtype, dims, causal)
-        _check_values_once(startend_row_indices, (causal, dims.seqlen_q),
-                           lambda: _validate.check_indices_values(startend_row_indices.numpy(), causal,
-                                                                  dims.seqlen_q))
-        startend_row_indices = _to_place_of(startend_row_indices, query)
-    if block_mask is not None:
-        if not _is_tensor(block_mask):
-            raise TypeError(f"block_mask must be a paddle.Tensor or None, got {type(block_mask).__name__}")
-        mask_heads = None if startend_row_indices is None else startend_row_indices.shape[1]
-        _validate.check_block_mask_layout(block_mask.shape, block_mask.dtype, dims, mask_heads)
-        _check_values_once(block_mask, (), lambda: _validate.check_block_mask_values(block_mask.numpy()))
-        block_mask = _to_place_of(block_mask, query)
+    mask = _Mask.of(query, dims, causal, startend_row_indices, window_size, block_mask)
 
     if dropout > 0.0:
         seed_offset = (_cpu_int64(fixed_seed_offset) if fixed_seed_offset is not None
@@ -140,9 +118,12 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
         seed_offset = _no_dropout_seed_offset(fixed_seed_offset)
     else:
         seed_offset = None
-    out, lse = _ops.flashmask_attn(query, key, value, startend_row_indices, block_mask,
+    deterministic = _deterministic()
+    fwd_plan, bwd_plan = mask.plans(query, key, value, causal, dropout, deterministic,
+                                    backward=_needs_grad(query, key, value))
+    out, lse = _ops.flashmask_attn(query, key, value, mask.indices, mask.block_mask,
                                    seed_offset if dropout > 0.0 else None, causal, scale, dropout,
-                                   _deterministic())
+                                   deterministic, fwd_plan=fwd_plan, bwd_plan=bwd_plan)
 
     outputs = [out]
     if return_softmax_lse:
@@ -150,6 +131,92 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     if return_seed_offset:
         outputs.append(seed_offset)
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+@paddle.jit.not_to_static
+def prepare_mask_plan(query, key, value, startend_row_indices=None, *, causal=False, window_size=None,
+                      block_mask=None, dropout=0.0, backward=True) -> int:
+    """Builds now, on the current stream, the mask plans that CUDA calls of
+    :func:`flashmask_attention` with these shapes and this mask will use: the preprocessing of the
+    mask (block bounds, block lists, mask payloads, tile order) that every call with the same
+    ``startend_row_indices`` tensor (and version) shares, forward and, unless ``backward=False``,
+    backward. Calls build a missing plan themselves; this moves that one-time cost out of the first
+    call (e.g. next to building the mask, as FlexAttention's ``create_block_mask``). Arguments as
+    for :func:`flashmask_attention` (``dropout`` as the calls' effective rate). Returns the plans'
+    device bytes; 0 for CPU tensors, in static graphs and with ``FLASHMASK_MASK_PLAN=0`` (nothing
+    to build).
+    """
+    causal, dims = _check_qkv(query, key, value, causal)
+    dropout = _validate.check_dropout(dropout, True)
+    mask = _Mask.of(query, dims, causal, startend_row_indices, window_size, block_mask)
+    plans = mask.plans(query, key, value, causal, dropout, _deterministic(), backward=bool(backward))
+    return sum(int(plan.shape[0]) for plan in plans if plan is not None)
+
+
+def clear_mask_plans() -> None:
+    """Drops every cached mask plan (their memory returns to Paddle's allocator)."""
+    _plans.clear_mask_plans()
+
+
+def cached_plan_count() -> int:
+    """How many mask plans are cached now (forward and backward, per live mask tensor)."""
+    return _plans.cached_plan_count()
+
+
+def _check_qkv(query, key, value, causal):
+    """(causal as bool, the problem's sizes) after the checks of query, key, value and causal."""
+    for arg, t in (("query", query), ("key", key), ("value", value)):
+        if not _is_tensor(t):
+            raise TypeError(f"{arg} must be a paddle.Tensor, got {type(t).__name__}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    dims = _validate.check_qkv(query.shape, key.shape, value.shape, query.dtype, key.dtype,
+                               value.dtype, _ops.capabilities(cuda=_on_gpu(query)))
+    return bool(causal), dims
+
+
+class _Mask:
+    """A call's mask as the op takes it (indices and block mask on the query's device, values
+    checked), and the tensors the caller gave, whose identity and version its mask plans follow."""
+
+    __slots__ = ("indices", "block_mask", "given")
+
+    def __init__(self, indices, block_mask, given):
+        self.indices, self.block_mask, self.given = indices, block_mask, given
+
+    @classmethod
+    def of(cls, query, dims, causal: bool, startend_row_indices, window_size, block_mask) -> "_Mask":
+        if window_size is not None:
+            if startend_row_indices is not None:
+                raise ValueError("window_size and startend_row_indices cannot both be given: "
+                                 "window_size builds the indices itself")
+            startend_row_indices = _sliding_window_indices(window_size, dims, causal, query.place)
+        elif startend_row_indices is not None:
+            if not _is_tensor(startend_row_indices):
+                raise TypeError("startend_row_indices must be a paddle.Tensor or None, got "
+                                f"{type(startend_row_indices).__name__}")
+            _validate.check_indices_layout(startend_row_indices.shape, startend_row_indices.dtype, dims, causal)
+            _check_values_once(startend_row_indices, (causal, dims.seqlen_q),
+                               lambda: _validate.check_indices_values(startend_row_indices.numpy(), causal,
+                                                                      dims.seqlen_q))
+        if block_mask is not None:
+            if not _is_tensor(block_mask):
+                raise TypeError(f"block_mask must be a paddle.Tensor or None, got {type(block_mask).__name__}")
+            mask_heads = None if startend_row_indices is None else startend_row_indices.shape[1]
+            _validate.check_block_mask_layout(block_mask.shape, block_mask.dtype, dims, mask_heads)
+            _check_values_once(block_mask, (), lambda: _validate.check_block_mask_values(block_mask.numpy()))
+        return cls(None if startend_row_indices is None else _to_place_of(startend_row_indices, query),
+                   None if block_mask is None else _to_place_of(block_mask, query),
+                   (startend_row_indices, block_mask))
+
+    def plans(self, query, key, value, causal: bool, dropout: float, deterministic: bool, backward: bool):
+        """(forward plan, backward plan): mask plans of a CUDA call, None where it takes none."""
+        return _plans.plans_for(query, key, value, self.indices, self.block_mask, causal, dropout,
+                                deterministic, backward, mask_given=self.given)
+
+
+def _needs_grad(*tensors) -> bool:
+    return paddle.is_grad_enabled() and not all(t.stop_gradient for t in tensors)
 
 
 # Bound and block-mask values are read back to the host once per mask tensor and version, not on
@@ -189,15 +256,31 @@ def _deterministic() -> bool:
     return bool(paddle_flag) or _env.flag("FLASHMASK_DETERMINISTIC")
 
 
+# The last few window masks, kept in eager mode: a model's layers (and steps) then share one
+# indices tensor, so no host-to-device copy per call and one mask plan for all of them.
+_WINDOW_MASKS_KEPT = 8
+_window_masks: collections.OrderedDict = collections.OrderedDict()
+
+
 def _sliding_window_indices(window_size, dims: _validate.Dims, causal: bool, place):
     """Paddle's ``window_size`` semantics via ``masks.sliding_window``, repeated over the batch."""
     from . import masks
 
     left, right = _validate.window_pair(window_size)
+    key = (left, right, causal, dims.batch, dims.seqlen_q, dims.seqlen_k, str(place))
+    cached = _window_masks.get(key) if paddle.in_dynamic_mode() else None
+    if cached is not None:
+        _window_masks.move_to_end(key)
+        return cached
     mask = masks.sliding_window(dims.seqlen_q, dims.seqlen_k, window_left=left, window_right=right,
                                 causal=causal)
     indices = np.ascontiguousarray(np.broadcast_to(mask.indices, (dims.batch,) + mask.indices.shape[1:]))
-    return paddle.to_tensor(indices, dtype="int32", place=place)
+    tensor = paddle.to_tensor(indices, dtype="int32", place=place)
+    if paddle.in_dynamic_mode():
+        _window_masks[key] = tensor
+        while len(_window_masks) > _WINDOW_MASKS_KEPT:
+            _window_masks.popitem(last=False)
+    return tensor
 
 
 def _check_seed_offset(fixed_seed_offset) -> None:

@@ -115,6 +115,9 @@ def test_attention_alone_builds_each_mask_right_before_its_call():
             assert mask is self.current, "the mask of an earlier prepare() ran after a later one"
             return q * 1.0
 
+        def mask_bytes(self, mask):
+            return mask.numel() * mask.element_size()
+
     batches = [{"seg_id": torch.full((1, 8), i)} for i in range(3)]
     shape = e2e.ModelShape(hidden=16, heads=2, kv_heads=2, head_dim=8, mlp=16, layers=1, vocab=16)
     t_f, t_fb, out, mask_bytes = e2e.attention_alone(torch, SharedStateAttention(), batches, shape,

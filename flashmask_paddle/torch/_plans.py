@@ -4,8 +4,8 @@ What the kernels derive from a mask alone (block bounds, block lists, partial ti
 tile order) is built on the GPU once per mask tensor, its version and the problem, then handed to
 every later call with that mask: a model's layers and their backward passes share one plan, as
 they share cuDNN's mask plans or FlexAttention's block masks, instead of preprocessing the mask
-inside each call. A plan lives as long as its mask tensor (a weak reference drops it); of calls
-without a mask tensor (plain causal or full attention) the last eight plans are kept.
+inside each call. A plan lives as long as its mask tensor; of calls without a mask tensor (plain
+causal or full attention) the last eight plans are kept (the cache: ``.._plan_cache``).
 An in-place write to the mask bumps its version and the next call builds a new plan.
 
 No plan is used while a CUDA graph is being captured (the call then preprocesses the mask inside
@@ -13,20 +13,14 @@ the graph) or with ``FLASHMASK_MASK_PLAN=0``.
 """
 from __future__ import annotations
 
-import collections
 import ctypes
-import threading
-import weakref
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
 from .. import _env
+from .._plan_cache import PlanCache
 from . import _capi
-
-# (direction, device index, plan key) of one plan among those of a mask.
-PlanId = tuple
-
 
 class _Plan:
     """A built plan: its device buffer, its key, and the streams it is known to be ready on."""
@@ -45,67 +39,6 @@ class _Plan:
             stream.wait_event(self.built)
             self.buffer.record_stream(stream)
             self.streams.add(stream.cuda_stream)
-
-
-class _MaskEntry:
-    """The plans of one mask tensor (and block mask), valid for one version of each."""
-
-    __slots__ = ("ref", "stamp", "plans")
-
-    def __init__(self, ref: weakref.ref, stamp: tuple):
-        self.ref, self.stamp, self.plans = ref, stamp, {}
-
-
-class PlanCache:
-    """Plans by mask tensor (identity and version) and by plan id."""
-
-    def __init__(self, maskless_kept: int = 8):
-        # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
-        self._lock = threading.RLock()
-        self._by_mask: dict[int, _MaskEntry] = {}
-        self._maskless: collections.OrderedDict = collections.OrderedDict()
-        self._maskless_kept = maskless_kept
-
-    def get_or_build(self, indices: Optional[torch.Tensor], block_mask: Optional[torch.Tensor], plan_id: PlanId,
-                     build: Callable[[], _Plan]) -> _Plan:
-        with self._lock:
-            if indices is None:
-                plan = self._maskless.get(plan_id)
-                if plan is None:
-                    plan = build()
-                    self._maskless[plan_id] = plan
-                    while len(self._maskless) > self._maskless_kept:
-                        self._maskless.popitem(last=False)
-                else:
-                    self._maskless.move_to_end(plan_id)
-                return plan
-            stamp = (indices._version, indices.data_ptr(),
-                     None if block_mask is None else (id(block_mask), block_mask._version, block_mask.data_ptr()))
-            entry = self._by_mask.get(id(indices))
-            if entry is None or entry.ref() is not indices or entry.stamp != stamp:
-                entry = _MaskEntry(weakref.ref(indices, self._forget(id(indices))), stamp)
-                self._by_mask[id(indices)] = entry
-            plan = entry.plans.get(plan_id)
-            if plan is None:
-                plan = entry.plans[plan_id] = build()
-            return plan
-
-    def _forget(self, key: int):
-        def drop(ref):  # the mask tensor is gone: free its plans (unless its id was reused already)
-            with self._lock:
-                entry = self._by_mask.get(key)
-                if entry is not None and entry.ref is ref:
-                    del self._by_mask[key]
-        return drop
-
-    def clear(self) -> None:
-        with self._lock:
-            self._by_mask.clear()
-            self._maskless.clear()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(len(e.plans) for e in list(self._by_mask.values())) + len(self._maskless)
 
 
 _cache = PlanCache()
@@ -139,6 +72,9 @@ def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Te
         _capi.check(lib, build_fn(ctypes.byref(args), buffer.data_ptr(), stream.cuda_stream), build_fn.__name__)
         return _Plan(buffer, key.value, stream)
 
-    plan = _cache.get_or_build(indices, block_mask, (direction, device.index, key.value), build)
+    stamp = None if indices is None else (
+        indices._version, indices.data_ptr(),
+        None if block_mask is None else (id(block_mask), block_mask._version, block_mask.data_ptr()))
+    plan = _cache.get_or_build(indices, stamp, (direction, device.index, key.value), build)
     plan.ready_on(stream)
     return plan.buffer.data_ptr(), plan.key, plan.buffer.numel()

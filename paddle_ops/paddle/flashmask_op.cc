@@ -1,4 +1,5 @@
-// The Paddle custom op `flashmask_attn`: forward (out, lse) and its gradient op. A skin over the
+// The Paddle custom ops `flashmask_attn`, forward (out, lse) and its gradient op, and
+// `flashmask_attn_plan`, a mask plan for them (CUDA). A skin over the
 // launcher (launch.h): it checks what could make a kernel read out of bounds, makes inputs
 // contiguous, allocates outputs, fills FwdParams/BwdParams (checked by flashmask/check.h in the
 // launchers) and dispatches on the tensors' place. User-facing validation with friendly messages
@@ -79,6 +80,18 @@ void check_tensors(const paddle::Tensor& q, const paddle::Tensor& k, const paddl
     PD_CHECK(bs == want, "flashmask_attn: block_mask must be ", shape_str(want), ", got ", shape_str(bs));
     PD_CHECK(x.block_mask->place() == q.place(), "flashmask_attn: block_mask on a different place");
   }
+  for (const auto* plan : {&x.fwd_plan, &x.bwd_plan}) {
+    if (!*plan) continue;
+    PD_CHECK(q.is_gpu(), "flashmask_attn: mask plans are built for GPU tensors only");
+    PD_CHECK((*plan)->dtype() == paddle::DataType::UINT8 && (*plan)->shape().size() == 1 &&
+                 (*plan)->place() == q.place(),
+             "flashmask_attn: a mask plan must be a uint8 vector on the place of query "
+             "(from the flashmask_attn_plan op)");
+  }
+}
+
+// What running with dropout needs beyond check_tensors (a mask plan does not: only the rate).
+void check_seed_offset(const Extras& x) {
   if (x.dropout > 0.f) {
     PD_CHECK(x.seed_offset && x.seed_offset->is_cpu() && x.seed_offset->dtype() == paddle::DataType::INT64 &&
                  x.seed_offset->numel() == 2,
@@ -88,10 +101,9 @@ void check_tensors(const paddle::Tensor& q, const paddle::Tensor& k, const paddl
 
 }  // namespace
 
-flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
-                                     const paddle::Tensor& v, const Extras& x,
-                                     const paddle::Tensor& out, const paddle::Tensor& lse,
-                                     bool causal, float softmax_scale) {
+flashmask::FwdParams make_problem_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                         const paddle::Tensor& v, const Extras& x, bool causal,
+                                         float softmax_scale) {
   const paddle::optional<paddle::Tensor>& startend_row_indices = x.startend_row_indices;
   flashmask::FwdParams p;
   const auto qs = q.shape(), ks = k.shape();
@@ -108,8 +120,6 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
   p.q = view_of(q);
   p.k = view_of(k);
   p.v = view_of(v);
-  p.out = view_of(out);
-  p.lse = const_cast<float*>(lse.data<float>());
   p.mask_form.causal = causal;
   if (startend_row_indices) {
     p.startend_row_indices = startend_row_indices->data<int32_t>();
@@ -118,11 +128,21 @@ flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tens
   }
   if (x.block_mask) p.block_mask = x.block_mask->data<int32_t>();
   p.dropout_p = x.dropout;
-  if (x.dropout > 0.f) {  // check_tensors made sure it is an int64 [2] CPU tensor
+  if (x.dropout > 0.f && x.seed_offset) {  // check_seed_offset: an int64 [2] CPU tensor
     const int64_t* so = x.seed_offset->data<int64_t>();
     p.dropout_seed = static_cast<uint64_t>(so[0]);
     p.dropout_offset = static_cast<uint64_t>(so[1]);
   }
+  return p;
+}
+
+flashmask::FwdParams make_fwd_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                     const paddle::Tensor& v, const Extras& x,
+                                     const paddle::Tensor& out, const paddle::Tensor& lse,
+                                     bool causal, float softmax_scale) {
+  flashmask::FwdParams p = make_problem_params(q, k, v, x, causal, softmax_scale);
+  p.out = view_of(out);
+  p.lse = const_cast<float*>(lse.data<float>());
   return p;
 }
 
@@ -147,6 +167,7 @@ flashmask::BwdParams make_bwd_params(const paddle::Tensor& q, const paddle::Tens
 
 namespace {
 
+using flashmask_op::check_seed_offset;
 using flashmask_op::check_tensors;
 using flashmask_op::contiguous;
 using flashmask_op::Extras;
@@ -155,17 +176,19 @@ using OptShape = paddle::optional<std::vector<int64_t>>;
 using OptDtype = paddle::optional<paddle::DataType>;
 
 Extras extras_of(const OptTensor& idx, const OptTensor& block_mask, const OptTensor& seed_offset,
-                 float dropout, bool deterministic) {
-  return Extras{contiguous(idx), contiguous(block_mask), seed_offset, dropout, deterministic};
+                 const OptTensor& fwd_plan, const OptTensor& bwd_plan, float dropout, bool deterministic) {
+  return Extras{contiguous(idx), contiguous(block_mask), seed_offset, dropout, deterministic, fwd_plan, bwd_plan};
 }
 
 std::vector<paddle::Tensor> FlashmaskForward(const paddle::Tensor& q_in, const paddle::Tensor& k_in,
                                              const paddle::Tensor& v_in, const OptTensor& idx_in,
                                              const OptTensor& block_mask_in, const OptTensor& seed_offset,
+                                             const OptTensor& fwd_plan, const OptTensor& bwd_plan,
                                              bool causal, float softmax_scale, float dropout,
                                              bool deterministic) {
-  const Extras x = extras_of(idx_in, block_mask_in, seed_offset, dropout, deterministic);
+  const Extras x = extras_of(idx_in, block_mask_in, seed_offset, fwd_plan, bwd_plan, dropout, deterministic);
   check_tensors(q_in, k_in, v_in, x);
+  check_seed_offset(x);
   const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   if (q.is_gpu()) {
 #ifdef FLASHMASK_WITH_CUDA
@@ -189,10 +212,11 @@ std::vector<paddle::Tensor> FlashmaskForward(const paddle::Tensor& q_in, const p
 std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const paddle::Tensor& k_in,
                                               const paddle::Tensor& v_in, const OptTensor& idx_in,
                                               const OptTensor& block_mask_in, const OptTensor& seed_offset,
+                                              const OptTensor& fwd_plan, const OptTensor& bwd_plan,
                                               const paddle::Tensor& out_in, const paddle::Tensor& lse_in,
                                               const paddle::Tensor& dout_in, bool causal,
                                               float softmax_scale, float dropout, bool deterministic) {
-  const Extras x = extras_of(idx_in, block_mask_in, seed_offset, dropout, deterministic);
+  const Extras x = extras_of(idx_in, block_mask_in, seed_offset, fwd_plan, bwd_plan, dropout, deterministic);
   const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   const paddle::Tensor out = contiguous(out_in), lse = contiguous(lse_in), dout = contiguous(dout_in);
   PD_CHECK(dout.shape() == out.shape() && dout.dtype() == q.dtype(),
@@ -218,35 +242,64 @@ std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const 
 std::vector<std::vector<int64_t>> FlashmaskForwardShape(const std::vector<int64_t>& q,
                                                         const std::vector<int64_t>& k,
                                                         const std::vector<int64_t>& v, const OptShape&,
-                                                        const OptShape&, const OptShape&) {
+                                                        const OptShape&, const OptShape&, const OptShape&,
+                                                        const OptShape&) {
   return {{q[0], q[1], q[2], v[3]}, {q[0], q[2], q[1]}};
 }
 
 std::vector<paddle::DataType> FlashmaskForwardDtype(const paddle::DataType& q, const paddle::DataType&,
                                                     const paddle::DataType&, const OptDtype&,
-                                                    const OptDtype&, const OptDtype&) {
+                                                    const OptDtype&, const OptDtype&, const OptDtype&,
+                                                    const OptDtype&) {
   return {q, paddle::DataType::FLOAT32};
 }
 
 std::vector<std::vector<int64_t>> FlashmaskBackwardShape(
     const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
-    const OptShape&, const OptShape&, const OptShape&, const std::vector<int64_t>&,
+    const OptShape&, const OptShape&, const OptShape&, const OptShape&, const OptShape&,
+    const std::vector<int64_t>&,
     const std::vector<int64_t>&, const std::vector<int64_t>&) {
   return {q, k, v};
 }
 
 std::vector<paddle::DataType> FlashmaskBackwardDtype(
     const paddle::DataType& q, const paddle::DataType& k, const paddle::DataType& v, const OptDtype&,
-    const OptDtype&, const OptDtype&, const paddle::DataType&, const paddle::DataType&,
+    const OptDtype&, const OptDtype&, const OptDtype&, const OptDtype&, const paddle::DataType&,
+    const paddle::DataType&,
     const paddle::DataType&) {
   return {q, k, v};
+}
+
+// A mask plan for later flashmask_attn calls with this problem and mask (the forward's, or with
+// `backward` the backward's); GPU only. The inputs need not be contiguous: only their shapes are read.
+std::vector<paddle::Tensor> FlashmaskPlan(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                                          const OptTensor& idx_in, const OptTensor& block_mask_in, bool causal,
+                                          float dropout, bool deterministic, bool backward) {
+  const Extras x = extras_of(idx_in, block_mask_in, OptTensor(), OptTensor(), OptTensor(), dropout, deterministic);
+  check_tensors(q, k, v, x);
+  PD_CHECK(q.is_gpu(), "flashmask_attn_plan: mask plans are for GPU tensors (the CPU kernels read the mask as it is)");
+#ifdef FLASHMASK_WITH_CUDA
+  return {flashmask_op::flashmask_plan_gpu(q, k, v, x, causal, backward)};
+#else
+  PD_THROW("flashmask_attn_plan: this build of flashmask_paddle has no CUDA kernels (built without CUDA)");
+#endif
+}
+
+std::vector<std::vector<int64_t>> FlashmaskPlanShape(const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                                     const std::vector<int64_t>&, const OptShape&, const OptShape&) {
+  return {{-1}};  // the plan's bytes depend on the device and the kernels' path
+}
+
+std::vector<paddle::DataType> FlashmaskPlanDtype(const paddle::DataType&, const paddle::DataType&,
+                                                 const paddle::DataType&, const OptDtype&, const OptDtype&) {
+  return {paddle::DataType::UINT8};
 }
 
 }  // namespace
 
 PD_BUILD_OP(flashmask_attn)
     .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask"),
-             paddle::Optional("seed_offset")})
+             paddle::Optional("seed_offset"), paddle::Optional("fwd_plan"), paddle::Optional("bwd_plan")})
     .Outputs({"out", "lse"})
     .Attrs({"causal: bool", "softmax_scale: float", "dropout: float", "deterministic: bool"})
     .SetKernelFn(PD_KERNEL(FlashmaskForward))
@@ -255,9 +308,19 @@ PD_BUILD_OP(flashmask_attn)
 
 PD_BUILD_GRAD_OP(flashmask_attn)
     .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask"),
-             paddle::Optional("seed_offset"), "out", "lse", paddle::Grad("out")})
+             paddle::Optional("seed_offset"), paddle::Optional("fwd_plan"), paddle::Optional("bwd_plan"),
+             "out", "lse", paddle::Grad("out")})
     .Outputs({paddle::Grad("q"), paddle::Grad("k"), paddle::Grad("v")})
     .Attrs({"causal: bool", "softmax_scale: float", "dropout: float", "deterministic: bool"})
     .SetKernelFn(PD_KERNEL(FlashmaskBackward))
     .SetInferShapeFn(PD_INFER_SHAPE(FlashmaskBackwardShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(FlashmaskBackwardDtype));
+
+// No gradient: a plan is derived from the mask alone, which has none.
+PD_BUILD_OP(flashmask_attn_plan)
+    .Inputs({"q", "k", "v", paddle::Optional("startend_row_indices"), paddle::Optional("block_mask")})
+    .Outputs({"plan"})
+    .Attrs({"causal: bool", "dropout: float", "deterministic: bool", "backward: bool"})
+    .SetKernelFn(PD_KERNEL(FlashmaskPlan))
+    .SetInferShapeFn(PD_INFER_SHAPE(FlashmaskPlanShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(FlashmaskPlanDtype));

@@ -19,7 +19,16 @@ struct Extras {
   paddle::optional<paddle::Tensor> seed_offset;            // int64 [2] on CPU; needed when dropout > 0
   float dropout = 0.f;
   bool deterministic = false;  // backward: dQ bitwise reproducible (FLAGS_cudnn_deterministic)
+  // Mask plans (launch.h) built for this call's problem and mask by the `flashmask_attn_plan` op:
+  // uint8 on q's GPU; absent: the call preprocesses the mask itself.
+  paddle::optional<paddle::Tensor> fwd_plan;
+  paddle::optional<paddle::Tensor> bwd_plan;
 };
+
+// The problem's parameters without output pointers (what a mask plan is built from).
+flashmask::FwdParams make_problem_params(const paddle::Tensor& q, const paddle::Tensor& k,
+                                         const paddle::Tensor& v, const Extras& extras, bool causal,
+                                         float softmax_scale);
 
 // Parameters over tensors that check_tensors has accepted, made contiguous:
 // q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv], `out` [B, Sq, Hq, Dv], `lse` float32
@@ -60,6 +69,11 @@ std::vector<paddle::Tensor> flashmask_bwd_gpu(const paddle::Tensor& q, const pad
                                               const paddle::Tensor& out, const paddle::Tensor& lse,
                                               const paddle::Tensor& dout, bool causal,
                                               float softmax_scale);
+// The forward's (`backward` false) or the backward's mask plan of this problem and mask, built on
+// the current stream into a new uint8 tensor on q's place.
+paddle::Tensor flashmask_plan_gpu(const paddle::Tensor& q, const paddle::Tensor& k,
+                                  const paddle::Tensor& v, const Extras& extras, bool causal,
+                                  bool backward);
 #endif
 
 }  // namespace flashmask_op

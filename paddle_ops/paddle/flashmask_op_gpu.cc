@@ -1,9 +1,11 @@
-// GPU side of the Paddle custom op: allocates outputs and workspace with paddle::empty on the
-// input's place and calls the one launcher (launch.h) on the tensor's current stream. Inputs arrive
-// checked and contiguous from flashmask_op.cc; parameters are built there too (make_*_params).
+// GPU side of the Paddle custom ops: allocates outputs, workspace and mask plans with paddle::empty
+// on the input's place and calls the one launcher (launch.h) on the tensor's current stream. Inputs
+// arrive checked (and, for the attention ops, contiguous) from flashmask_op.cc; parameters are
+// built there too (make_*_params).
 // Compiled only with -DFLASHMASK_WITH_CUDA (setup_ops.py when paddle has CUDA; CI compile check).
 #ifdef FLASHMASK_WITH_CUDA
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -24,6 +26,24 @@ paddle::Tensor workspace(size_t bytes, const paddle::Place& place, void** ptr) {
   return ws;
 }
 
+// A plan tensor holds at least this many bytes, so that its data pointer is never null (a null
+// plan means "no plan": the call would carve a workspace it did not allocate).
+int64_t plan_tensor_bytes(const flashmask::MaskPlanSize& size) {
+  return static_cast<int64_t>(std::max<size_t>(size.bytes, 256));
+}
+
+// The call's view of a plan from flashmask_attn_plan. The key is the one this call's parameters
+// give: the Python cache (flashmask_paddle/_plans.py) keys plans by everything those parameters
+// derive from, and a plan of another size is refused here.
+flashmask::MaskPlan plan_of(const paddle::Tensor& t, const flashmask::MaskPlanSize& size, const char* what) {
+  PD_CHECK(t.numel() == plan_tensor_bytes(size), what, ": the mask plan has ", t.numel(),
+           " bytes, this call's plan needs ", plan_tensor_bytes(size), " (a plan of another problem)");
+  flashmask::MaskPlan plan;
+  plan.data = t.data();
+  plan.key = size.key;
+  return plan;
+}
+
 }  // namespace
 
 std::vector<paddle::Tensor> flashmask_fwd_gpu(const paddle::Tensor& q, const paddle::Tensor& k,
@@ -35,9 +55,13 @@ std::vector<paddle::Tensor> flashmask_fwd_gpu(const paddle::Tensor& q, const pad
   if (q.numel() == 0 || k.numel() == 0) return {out, lse};
   const flashmask::FwdParams params = make_fwd_params(q, k, v, x, out, lse, causal, softmax_scale);
   run_launcher("flashmask_attention forward (CUDA)", [&] {
+    const char* what = "flashmask_attn forward (CUDA)";
+    const flashmask::MaskPlan plan = x.fwd_plan ? plan_of(*x.fwd_plan, flashmask::fwd_plan_size_cuda(params), what)
+                                                : flashmask::MaskPlan{};
     void* ws_ptr = nullptr;
-    paddle::Tensor ws = workspace(flashmask::fwd_workspace_bytes_cuda(params), q.place(), &ws_ptr);
-    flashmask::run_fwd_cuda(params, ws_ptr, q.stream());
+    paddle::Tensor ws =
+        workspace(flashmask::fwd_workspace_bytes_cuda(params, plan.data != nullptr), q.place(), &ws_ptr);
+    flashmask::run_fwd_cuda(params, ws_ptr, q.stream(), plan);
   });
   return {out, lse};
 }
@@ -54,11 +78,32 @@ std::vector<paddle::Tensor> flashmask_bwd_gpu(const paddle::Tensor& q, const pad
   const flashmask::BwdParams params =
       make_bwd_params(q, k, v, x, out, lse, dout, dq, dk, dv, causal, softmax_scale);
   run_launcher("flashmask_attention backward (CUDA)", [&] {
+    const char* what = "flashmask_attn backward (CUDA)";
+    const flashmask::MaskPlan plan = x.bwd_plan ? plan_of(*x.bwd_plan, flashmask::bwd_plan_size_cuda(params), what)
+                                                : flashmask::MaskPlan{};
     void* ws_ptr = nullptr;
-    paddle::Tensor ws = workspace(flashmask::bwd_workspace_bytes_cuda(params), q.place(), &ws_ptr);
-    flashmask::run_bwd_cuda(params, ws_ptr, q.stream());
+    paddle::Tensor ws =
+        workspace(flashmask::bwd_workspace_bytes_cuda(params, plan.data != nullptr), q.place(), &ws_ptr);
+    flashmask::run_bwd_cuda(params, ws_ptr, q.stream(), plan);
   });
   return {dq, dk, dv};
+}
+
+paddle::Tensor flashmask_plan_gpu(const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
+                                  const Extras& x, bool causal, bool backward) {
+  paddle::Tensor plan;
+  run_launcher("flashmask_attn_plan (CUDA)", [&] {
+    // A plan depends on neither the scale nor any data pointer (launch.h): only the problem.
+    flashmask::BwdParams params;
+    static_cast<flashmask::FwdParams&>(params) = make_problem_params(q, k, v, x, causal, /*softmax_scale=*/1.f);
+    params.deterministic = x.deterministic;
+    const flashmask::MaskPlanSize size =
+        backward ? flashmask::bwd_plan_size_cuda(params) : flashmask::fwd_plan_size_cuda(params);
+    plan = paddle::empty({plan_tensor_bytes(size)}, paddle::DataType::UINT8, q.place());
+    if (backward) flashmask::build_bwd_plan_cuda(params, plan.data(), q.stream());
+    else flashmask::build_fwd_plan_cuda(params, plan.data(), q.stream());
+  });
+  return plan;
 }
 
 }  // namespace flashmask_op

@@ -1,0 +1,77 @@
+"""The cache of CUDA mask plans shared by the Paddle op (``_plans.py``) and the torch binding
+(``torch/_plans.py``): plans by mask tensor (identity and version stamp) and by plan id.
+
+A plan lives as long as its mask tensor (a weak reference drops it with the tensor); of calls
+without a mask tensor (plain causal or full attention) the last few plans are kept. What a plan
+is and how it is built and ordered on streams is the binding's; this module only keeps them.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from typing import Any, Callable, Hashable, Optional
+
+
+class _MaskEntry:
+    """The plans of one mask tensor, valid for one stamp (version) of it and of its block mask."""
+
+    __slots__ = ("ref", "stamp", "plans")
+
+    def __init__(self, ref: weakref.ref, stamp: Hashable):
+        self.ref, self.stamp, self.plans = ref, stamp, {}
+
+
+class PlanCache:
+    """Plans by mask tensor and plan id.
+
+    ``stamp`` is the binding's version stamp of the mask (and block mask): an in-place write
+    changes it and drops the mask's plans. ``plan_id`` names everything a plan's layout and
+    contents depend on besides the mask's values.
+    """
+
+    def __init__(self, maskless_kept: int = 8):
+        # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
+        self._lock = threading.RLock()
+        self._by_mask: dict[int, _MaskEntry] = {}
+        self._maskless: collections.OrderedDict = collections.OrderedDict()
+        self._maskless_kept = maskless_kept
+
+    def get_or_build(self, indices: Optional[Any], stamp: Hashable, plan_id: Hashable,
+                     build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if indices is None:
+                plan = self._maskless.get(plan_id)
+                if plan is None:
+                    plan = build()
+                    self._maskless[plan_id] = plan
+                    while len(self._maskless) > self._maskless_kept:
+                        self._maskless.popitem(last=False)
+                else:
+                    self._maskless.move_to_end(plan_id)
+                return plan
+            entry = self._by_mask.get(id(indices))
+            if entry is None or entry.ref() is not indices or entry.stamp != stamp:
+                entry = _MaskEntry(weakref.ref(indices, self._forget(id(indices))), stamp)
+                self._by_mask[id(indices)] = entry
+            plan = entry.plans.get(plan_id)
+            if plan is None:
+                plan = entry.plans[plan_id] = build()
+            return plan
+
+    def _forget(self, key: int):
+        def drop(ref):  # the mask tensor is gone: free its plans (unless its id was reused already)
+            with self._lock:
+                entry = self._by_mask.get(key)
+                if entry is not None and entry.ref is ref:
+                    del self._by_mask[key]
+        return drop
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_mask.clear()
+            self._maskless.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(e.plans) for e in list(self._by_mask.values())) + len(self._maskless)

@@ -1,0 +1,186 @@
+"""Mask plans of the Paddle op (flashmask_paddle/_plans.py, _plan_cache.py) on CPU: which plans a
+call builds, when it reuses them and when it builds new ones, and that they reach the op. The plans'
+contents are the CUDA kernels' (tests/gpu/test_mask_plans.py runs them through the torch binding);
+here a stand-in builder records each build, and the op itself runs on CPU without them."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import paddle
+import pytest
+
+from flashmask_paddle import _ops, _plans, cached_plan_count, clear_mask_plans, flashmask_attention, masks
+from flashmask_paddle import prepare_mask_plan
+from flashmask_paddle._plan_cache import PlanCache
+
+
+class _Tensorish:  # a weak-referenceable stand-in for a mask tensor
+    pass
+
+
+def test_cache_builds_once_per_mask_stamp_and_plan_id():
+    cache, builds = PlanCache(), []
+
+    def build(tag):
+        return lambda: builds.append(tag) or tag
+
+    mask = _Tensorish()
+    assert cache.get_or_build(mask, (0,), "fwd", build("a")) == "a"
+    assert cache.get_or_build(mask, (0,), "fwd", build("b")) == "a"
+    assert cache.get_or_build(mask, (0,), "bwd", build("c")) == "c"
+    assert len(cache) == 2
+    assert cache.get_or_build(mask, (1,), "fwd", build("d")) == "d", "a new stamp (in-place write) rebuilds"
+    assert len(cache) == 1, "the old stamp's plans are dropped"
+    del mask
+    gc.collect()
+    assert len(cache) == 0, "a mask's plans go with the mask"
+    assert builds == ["a", "c", "d"]
+
+
+def test_cache_keeps_the_last_maskless_plans():
+    cache = PlanCache(maskless_kept=3)
+    for i in range(5):
+        cache.get_or_build(None, None, i, lambda i=i: i)
+    assert len(cache) == 3
+    cache.get_or_build(None, None, 2, lambda: pytest.fail("plan 2 should still be cached"))
+    cache.get_or_build(None, None, 5, lambda: 5)  # evicts the least recently used, plan 3
+    built = []
+    cache.get_or_build(None, None, 3, lambda: built.append(3) or 3)
+    assert built == [3]
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Plans on for CPU tensors, built by a stand-in that records each build; records the plans
+    each op call was handed (the CPU op then runs without them)."""
+    builds, handed = [], []
+
+    def build_plan(q, k, v, indices, block_mask, causal, dropout, deterministic, backward):
+        builds.append(("bwd" if backward else "fwd", None if indices is None else id(indices)))
+        return paddle.zeros([256 + len(builds)], dtype="uint8")
+
+    real_attn = _ops.flashmask_attn
+
+    def attn(*args, fwd_plan=None, bwd_plan=None):
+        handed.append((fwd_plan, bwd_plan))
+        return real_attn(*args)
+
+    monkeypatch.setattr(_plans, "plans_enabled", lambda q: paddle.in_dynamic_mode())
+    monkeypatch.setattr(_plans, "_device_and_stream", lambda q: (0, 0))
+    monkeypatch.setattr(_ops, "build_plan", build_plan)
+    monkeypatch.setattr(_ops, "flashmask_attn", attn)
+    clear_mask_plans()
+    yield builds, handed
+    clear_mask_plans()
+
+
+def _qkv(seed, s=96, grad=True):
+    rng = np.random.default_rng(seed)
+    out = [paddle.to_tensor(rng.standard_normal((1, s, 2, 16)).astype(np.float32)) for _ in range(3)]
+    for t in out:
+        t.stop_gradient = not grad
+    return out
+
+
+def _doc_mask(lengths=(40, 30, 26)):
+    return paddle.to_tensor(masks.causal_document(list(lengths))[0])
+
+
+def test_layers_with_one_mask_share_its_plans_forward_and_backward(recorded):
+    builds, handed = recorded
+    idx = _doc_mask()
+    for layer in range(4):
+        q, k, v = _qkv(layer)
+        flashmask_attention(q, k, v, idx, causal=True).sum().backward()
+        assert q.grad is not None
+    assert sorted(b[0] for b in builds) == ["bwd", "fwd"], "one plan per direction for all layers"
+    fwd, bwd = handed[0]
+    assert fwd is not None and bwd is not None
+    assert all(h[0] is fwd and h[1] is bwd for h in handed)
+    assert cached_plan_count() == 2
+
+
+def test_no_backward_plan_without_gradients(recorded):
+    builds, handed = recorded
+    idx = _doc_mask()
+    q, k, v = _qkv(0, grad=False)
+    flashmask_attention(q, k, v, idx, causal=True)
+    with paddle.no_grad():
+        q, k, v = _qkv(1)
+        flashmask_attention(q, k, v, idx, causal=True)
+    assert [b[0] for b in builds] == ["fwd"]
+    assert all(h[1] is None for h in handed)
+
+
+def test_a_new_mask_version_shape_or_setting_gets_new_plans(recorded, monkeypatch):
+    builds, _ = recorded
+    idx = _doc_mask()
+    q, k, v = _qkv(0, grad=False)
+    flashmask_attention(q, k, v, idx, causal=True)
+    idx[0, 0, 0, 0] = 39  # an in-place write: a new version of the mask
+    flashmask_attention(q, k, v, idx, causal=True)
+    assert len(builds) == 2
+    flashmask_attention(q, k, v, _doc_mask((50, 46)), causal=True)  # another mask tensor
+    assert len(builds) == 3
+    flashmask_attention(q, k, v, idx, causal=True, dropout=0.1)
+    assert len(builds) == 4, "dropout changes the backward's tile shape, so it keys the plan"
+    monkeypatch.setenv("FLASHMASK_SM90_PAYLOAD_TILES", "2")  # a kernel switch: another layout
+    flashmask_attention(q, k, v, idx, causal=True)
+    assert len(builds) == 5
+    q2, k2, v2 = _qkv(1, s=80, grad=False)
+    flashmask_attention(q2, k2, v2, paddle.to_tensor(masks.causal_document([40, 40])[0]), causal=True)
+    assert len(builds) == 6
+    flashmask_attention(q, k, v, idx, causal=True)  # as two calls ago: cached
+    assert len(builds) == 6
+
+
+def test_plans_go_with_their_mask(recorded):
+    builds, _ = recorded
+    q, k, v = _qkv(0)
+    idx = _doc_mask()
+    flashmask_attention(q, k, v, idx, causal=True)
+    assert cached_plan_count() == 2
+    del idx
+    gc.collect()
+    assert cached_plan_count() == 0
+
+
+def test_calls_without_a_mask_and_window_calls_reuse_plans(recorded):
+    builds, _ = recorded
+    for seed in range(3):
+        q, k, v = _qkv(seed, grad=False)
+        flashmask_attention(q, k, v, causal=True)
+        flashmask_attention(q, k, v, window_size=16, causal=True)
+    assert [b[0] for b in builds] == ["fwd", "fwd"], "one plan for plain causal, one for the window"
+    assert builds[0][1] is None and builds[1][1] is not None
+
+
+def test_prepare_mask_plan_builds_what_calls_then_reuse(recorded):
+    builds, handed = recorded
+    q, k, v = _qkv(0)
+    idx = _doc_mask()
+    nbytes = prepare_mask_plan(q, k, v, idx, causal=True)
+    assert len(builds) == 2 and nbytes == (256 + 1) + (256 + 2)
+    assert prepare_mask_plan(q, k, v, idx, causal=True, backward=False) == 256 + 1
+    flashmask_attention(q, k, v, idx, causal=True).sum().backward()
+    assert len(builds) == 2
+    with pytest.raises(ValueError, match="startend_row_indices"):
+        prepare_mask_plan(q, k, v, paddle.full([1, 1, 96, 1], 97, dtype="int32"), causal=True)
+
+
+def test_no_plans_on_cpu_or_when_switched_off(monkeypatch):
+    q, k, v = _qkv(0)
+    assert not _plans.plans_enabled(q)
+    assert prepare_mask_plan(q, k, v, _doc_mask(), causal=True) == 0
+    assert _plans.plans_for(q, k, v, None, None, True, 0.0, False, True) == (None, None)
+
+
+def test_the_ops_refuse_plans_for_cpu_tensors():
+    q, k, v = _qkv(0)
+    idx = _doc_mask()
+    plan = paddle.zeros([256], dtype="uint8")
+    with pytest.raises(Exception, match="mask plans are built for GPU tensors only"):
+        _ops.flashmask_attn(q, k, v, idx, None, None, True, 0.25, fwd_plan=plan)
+    with pytest.raises(Exception, match="mask plans are for GPU tensors"):
+        _ops.build_plan(q, k, v, idx, None, True, 0.0, False, False)
