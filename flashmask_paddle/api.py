@@ -51,7 +51,8 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
         dropout (float): dropout probability on the attention weights while ``training`` (kept
             weights are scaled by ``1 / (1 - dropout)``); with ``training=False`` it is not applied
             (as in Paddle). The keep decision is counter-based (Philox, from the seed/offset pair),
-            so the backward regenerates the forward's mask. CPU kernels only.
+            so the backward regenerates the forward's mask; the CPU and CUDA kernels drop the same
+            weights for the same pair.
         causal (bool): also mask the causal triangle; for ``seqlen_q != seqlen_k`` it is
             bottom-right aligned (query ``i`` sees keys ``j <= i + seqlen_k - seqlen_q``).
         window_size (int | tuple, optional): sliding-window attention; ``w`` means ``(w, w)``.
