@@ -14,20 +14,26 @@ from typing import Any, Callable, Hashable, Optional
 
 
 class _MaskEntry:
-    """The plans of one mask tensor, valid for one stamp (version) of it and of its block mask."""
+    """The plans of one mask tensor and block mask (weak references: an id is reused once its
+    object is gone), valid for one stamp (version) of them."""
 
-    __slots__ = ("ref", "stamp", "plans")
+    __slots__ = ("ref", "block_mask_ref", "stamp", "plans")
 
-    def __init__(self, ref: weakref.ref, stamp: Hashable):
+    def __init__(self, ref: weakref.ref, block_mask: Optional[Any], stamp: Hashable):
         self.ref, self.stamp, self.plans = ref, stamp, {}
+        self.block_mask_ref = None if block_mask is None else weakref.ref(block_mask)
+
+    def holds(self, indices: Any, block_mask: Optional[Any], stamp: Hashable) -> bool:
+        held_block_mask = None if self.block_mask_ref is None else self.block_mask_ref()
+        return self.ref() is indices and held_block_mask is block_mask and self.stamp == stamp
 
 
 class PlanCache:
-    """Plans by mask tensor and plan id.
+    """Plans by mask tensor (with its block mask, if any) and plan id.
 
-    ``stamp`` is the binding's version stamp of the mask (and block mask): an in-place write
-    changes it and drops the mask's plans. ``plan_id`` names everything a plan's layout and
-    contents depend on besides the mask's values.
+    ``stamp`` is the binding's version stamp of the mask and block mask: an in-place write changes
+    it and drops the mask's plans. ``plan_id`` names everything a plan's layout and contents depend
+    on besides the mask's values.
     """
 
     def __init__(self, maskless_kept: int = 8):
@@ -37,8 +43,8 @@ class PlanCache:
         self._maskless: collections.OrderedDict = collections.OrderedDict()
         self._maskless_kept = maskless_kept
 
-    def get_or_build(self, indices: Optional[Any], stamp: Hashable, plan_id: Hashable,
-                     build: Callable[[], Any]) -> Any:
+    def get_or_build(self, indices: Optional[Any], block_mask: Optional[Any], stamp: Hashable,
+                     plan_id: Hashable, build: Callable[[], Any]) -> Any:
         with self._lock:
             if indices is None:
                 plan = self._maskless.get(plan_id)
@@ -51,8 +57,8 @@ class PlanCache:
                     self._maskless.move_to_end(plan_id)
                 return plan
             entry = self._by_mask.get(id(indices))
-            if entry is None or entry.ref() is not indices or entry.stamp != stamp:
-                entry = _MaskEntry(weakref.ref(indices, self._forget(id(indices))), stamp)
+            if entry is None or not entry.holds(indices, block_mask, stamp):
+                entry = _MaskEntry(weakref.ref(indices, self._forget(id(indices))), block_mask, stamp)
                 self._by_mask[id(indices)] = entry
             plan = entry.plans.get(plan_id)
             if plan is None:
@@ -67,10 +73,16 @@ class PlanCache:
                     del self._by_mask[key]
         return drop
 
-    def clear(self) -> None:
+    def clear(self, mask: Optional[Any] = None) -> None:
+        """Drops every plan, or with ``mask`` the plans built from that mask or block mask tensor."""
         with self._lock:
-            self._by_mask.clear()
-            self._maskless.clear()
+            if mask is None:
+                self._by_mask.clear()
+                self._maskless.clear()
+                return
+            for key, entry in list(self._by_mask.items()):
+                if entry.ref() is mask or (entry.block_mask_ref is not None and entry.block_mask_ref() is mask):
+                    del self._by_mask[key]
 
     def __len__(self) -> int:
         with self._lock:

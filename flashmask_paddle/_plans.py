@@ -22,9 +22,10 @@ from ._plan_cache import PlanCache
 _cache = PlanCache()
 
 
-def clear_mask_plans() -> None:
-    """Drops every cached mask plan of the Paddle op (their memory returns to Paddle's allocator)."""
-    _cache.clear()
+def clear_mask_plans(mask=None) -> None:
+    """Drops every cached mask plan of the Paddle op, or with ``mask`` those built from that
+    ``startend_row_indices`` or ``block_mask`` tensor (their memory returns to Paddle's allocator)."""
+    _cache.clear(mask)
 
 
 def cached_plan_count() -> int:
@@ -33,9 +34,10 @@ def cached_plan_count() -> int:
 
 
 def plans_enabled(query) -> bool:
-    """Whether calls with these inputs use mask plans: eager GPU tensors, outside CUDA graph capture."""
-    return (paddle.in_dynamic_mode() and query.place.is_gpu_place() and _env.flag("FLASHMASK_MASK_PLAN")
-            and not paddle.base.core.is_cuda_graph_capturing())
+    """Whether calls with these inputs use mask plans: eager GPU tensors (not distributed ones, whose
+    outputs' shapes come from the ops' shape functions), outside CUDA graph capture."""
+    return (paddle.in_dynamic_mode() and query.place.is_gpu_place() and not query.is_dist()
+            and _env.flag("FLASHMASK_MASK_PLAN") and not paddle.base.core.is_cuda_graph_capturing())
 
 
 def _device_and_stream(q) -> tuple:
@@ -59,12 +61,11 @@ def plans_for(q, k, v, indices, block_mask, causal: bool, dropout: float, determ
     owner, owner_block_mask = (indices, block_mask) if mask_given is None else mask_given
     stamp = None if owner is None else (
         owner._inplace_version(), owner.data_ptr(),
-        None if owner_block_mask is None else (id(owner_block_mask), owner_block_mask._inplace_version(),
-                                               owner_block_mask.data_ptr()))
+        None if owner_block_mask is None else (owner_block_mask._inplace_version(), owner_block_mask.data_ptr()))
 
     def plan(direction_is_backward: bool):
         return _cache.get_or_build(
-            owner, stamp, (direction_is_backward,) + problem,
+            owner, owner_block_mask, stamp, (direction_is_backward,) + problem,
             lambda: _ops.build_plan(q, k, v, indices, block_mask, causal, dropout, deterministic,
                                     direction_is_backward))
 

@@ -211,3 +211,9 @@ class OncePerTensor:
             for tid in [t for t, (ref, _) in self._seen.items() if ref() is None]:
                 del self._seen[tid]
         self._seen[id(tensor)] = (weakref.ref(tensor), key)
+
+    def forget(self, tensor) -> None:
+        """The next ``run`` with ``tensor`` checks it again."""
+        seen = self._seen.get(id(tensor))
+        if seen is not None and seen[0]() is tensor:
+            del self._seen[id(tensor)]

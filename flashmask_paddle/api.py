@@ -12,8 +12,9 @@ from . import _env, _ops, _plans, _validate
 __all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "cached_plan_count"]
 
 
-# Traced as Python, not converted: the function branches on arguments only, never on tensor values.
-@paddle.jit.not_to_static
+# Run as written under paddle.jit, AST and SOT alike: it branches on arguments only, never on tensor
+# values, and builds static graphs itself.
+@paddle.jit.marker.unified
 def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout=0.0, causal=False,
                         window_size=None, return_softmax_lse=False, return_seed_offset=False,
                         fixed_seed_offset=None, rng_name="", training=True, name=None,
@@ -134,7 +135,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-@paddle.jit.not_to_static
+@paddle.jit.marker.unified
 def prepare_mask_plan(query, key, value, startend_row_indices=None, *, causal=False, window_size=None,
                       block_mask=None, dropout=0.0, backward=True) -> int:
     """Builds now, on the current stream, the mask plans that CUDA calls of
@@ -154,9 +155,17 @@ def prepare_mask_plan(query, key, value, startend_row_indices=None, *, causal=Fa
     return sum(int(plan.shape[0]) for plan in plans if plan is not None)
 
 
-def clear_mask_plans() -> None:
-    """Drops every cached mask plan (their memory returns to Paddle's allocator)."""
-    _plans.clear_mask_plans()
+def clear_mask_plans(*masks) -> None:
+    """Drops every cached mask plan (their memory returns to Paddle's allocator), or, given
+    ``startend_row_indices`` / ``block_mask`` tensors, their plans and the record that their values
+    were checked. Needed after refilling a mask in place with ``Tensor.copy_`` or ``set_value``,
+    which in Paddle 3.3 do not mark a tensor as changed (indexed assignment, ``fill_`` and
+    ``paddle.assign(x, output=mask)`` do, and the next call then sees the new values)."""
+    if not masks:
+        _plans.clear_mask_plans()
+    for mask in masks:
+        _plans.clear_mask_plans(mask)
+        _CHECKED.forget(mask)
 
 
 def cached_plan_count() -> int:

@@ -26,11 +26,11 @@ def test_cache_builds_once_per_mask_stamp_and_plan_id():
         return lambda: builds.append(tag) or tag
 
     mask = _Tensorish()
-    assert cache.get_or_build(mask, (0,), "fwd", build("a")) == "a"
-    assert cache.get_or_build(mask, (0,), "fwd", build("b")) == "a"
-    assert cache.get_or_build(mask, (0,), "bwd", build("c")) == "c"
+    assert cache.get_or_build(mask, None, (0,), "fwd", build("a")) == "a"
+    assert cache.get_or_build(mask, None, (0,), "fwd", build("b")) == "a"
+    assert cache.get_or_build(mask, None, (0,), "bwd", build("c")) == "c"
     assert len(cache) == 2
-    assert cache.get_or_build(mask, (1,), "fwd", build("d")) == "d", "a new stamp (in-place write) rebuilds"
+    assert cache.get_or_build(mask, None, (1,), "fwd", build("d")) == "d", "a new stamp (in-place write) rebuilds"
     assert len(cache) == 1, "the old stamp's plans are dropped"
     del mask
     gc.collect()
@@ -38,15 +38,36 @@ def test_cache_builds_once_per_mask_stamp_and_plan_id():
     assert builds == ["a", "c", "d"]
 
 
+def test_cache_tells_block_masks_apart_by_identity_not_by_stamp():
+    """A new block mask object may come with the stamp of the previous one (a recycled id and
+    allocation, version 0 on both): its plans must still be new."""
+    cache, mask = PlanCache(), _Tensorish()
+    first, second = _Tensorish(), _Tensorish()
+    assert cache.get_or_build(mask, first, (0, (0, 1)), "fwd", lambda: "a") == "a"
+    assert cache.get_or_build(mask, second, (0, (0, 1)), "fwd", lambda: "b") == "b"
+    assert cache.get_or_build(mask, None, (0, None), "fwd", lambda: "c") == "c"
+
+
+def test_cache_forgets_one_mask_or_block_mask_on_request():
+    cache = PlanCache()
+    one, two, block = _Tensorish(), _Tensorish(), _Tensorish()
+    cache.get_or_build(one, None, 0, "fwd", lambda: 1)
+    cache.get_or_build(two, block, 0, "fwd", lambda: 2)
+    cache.clear(one)
+    assert len(cache) == 1
+    cache.clear(block)
+    assert len(cache) == 0
+
+
 def test_cache_keeps_the_last_maskless_plans():
     cache = PlanCache(maskless_kept=3)
     for i in range(5):
-        cache.get_or_build(None, None, i, lambda i=i: i)
+        cache.get_or_build(None, None, None, i, lambda i=i: i)
     assert len(cache) == 3
-    cache.get_or_build(None, None, 2, lambda: pytest.fail("plan 2 should still be cached"))
-    cache.get_or_build(None, None, 5, lambda: 5)  # evicts the least recently used, plan 3
+    cache.get_or_build(None, None, None, 2, lambda: pytest.fail("plan 2 should still be cached"))
+    cache.get_or_build(None, None, None, 5, lambda: 5)  # evicts the least recently used, plan 3
     built = []
-    cache.get_or_build(None, None, 3, lambda: built.append(3) or 3)
+    cache.get_or_build(None, None, None, 3, lambda: built.append(3) or 3)
     assert built == [3]
 
 
@@ -57,6 +78,7 @@ def recorded(monkeypatch):
     builds, handed = [], []
 
     def build_plan(q, k, v, indices, block_mask, causal, dropout, deterministic, backward):
+        assert paddle.in_dynamic_mode() and isinstance(q, paddle.Tensor), "a plan built from a static graph"
         builds.append(("bwd" if backward else "fwd", None if indices is None else id(indices)))
         return paddle.zeros([256 + len(builds)], dtype="uint8")
 
@@ -184,3 +206,48 @@ def test_the_ops_refuse_plans_for_cpu_tensors():
         _ops.flashmask_attn(q, k, v, idx, None, None, True, 0.25, fwd_plan=plan)
     with pytest.raises(Exception, match="mask plans are for GPU tensors"):
         _ops.build_plan(q, k, v, idx, None, True, 0.0, False, False)
+
+
+def test_clear_mask_plans_after_a_refill_that_paddle_does_not_version(recorded):
+    """Paddle 3.3's copy_ leaves a tensor's version (and storage) as they were: the call cannot
+    tell the refill, and clear_mask_plans(mask) makes it build and check again."""
+    builds, _ = recorded
+    q, k, v = _qkv(0, grad=False)
+    idx = _doc_mask()
+    flashmask_attention(q, k, v, idx, causal=True)
+    idx.copy_(_doc_mask((20, 76)), False)
+    flashmask_attention(q, k, v, idx, causal=True)
+    assert len(builds) == 1, "copy_ bumps the version now: the limitation in the docs can go"
+    clear_mask_plans(idx)
+    flashmask_attention(q, k, v, idx, causal=True)
+    assert len(builds) == 2
+    idx.copy_(paddle.full([1, 1, 96, 1], 97, dtype="int32"), False)  # out of [0, Sq]
+    clear_mask_plans(idx)
+    with pytest.raises(ValueError, match="startend_row_indices"):
+        flashmask_attention(q, k, v, idx, causal=True)
+
+
+@pytest.mark.parametrize("min_graph_size", [0, 10])
+def test_to_static_with_sot_matches_eager(recorded, min_graph_size):
+    """paddle.jit.to_static's default (SOT) runs the function as written: into a static graph
+    (no plans then: the stand-in builder asserts eager tensors), or eagerly where SOT leaves a
+    graph this small to dygraph."""
+    from paddle.jit.sot.utils import min_graph_size_guard
+
+    idx = _doc_mask()
+
+    def layer(q, k, v, idx):
+        return flashmask_attention(q, k, v, idx, causal=True) * 2.0
+
+    q, k, v = _qkv(3)
+    with min_graph_size_guard(min_graph_size):
+        static = paddle.jit.to_static(layer)
+        out = static(q, k, v, idx)
+    out.sum().backward()
+    grads = [t.grad.numpy() for t in (q, k, v)]
+    q2, k2, v2 = [paddle.to_tensor(t.numpy(), stop_gradient=False) for t in (q, k, v)]
+    eager = layer(q2, k2, v2, idx)
+    eager.sum().backward()
+    np.testing.assert_allclose(out.numpy(), eager.numpy(), rtol=1e-6, atol=1e-6)
+    for got, want in zip(grads, (q2.grad, k2.grad, v2.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)

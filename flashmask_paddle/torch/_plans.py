@@ -74,7 +74,7 @@ def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Te
 
     stamp = None if indices is None else (
         indices._version, indices.data_ptr(),
-        None if block_mask is None else (id(block_mask), block_mask._version, block_mask.data_ptr()))
-    plan = _cache.get_or_build(indices, stamp, (direction, device.index, key.value), build)
+        None if block_mask is None else (block_mask._version, block_mask.data_ptr()))
+    plan = _cache.get_or_build(indices, block_mask, stamp, (direction, device.index, key.value), build)
     plan.ready_on(stream)
     return plan.buffer.data_ptr(), plan.key, plan.buffer.numel()

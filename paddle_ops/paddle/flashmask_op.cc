@@ -217,6 +217,7 @@ std::vector<paddle::Tensor> FlashmaskBackward(const paddle::Tensor& q_in, const 
                                               const paddle::Tensor& dout_in, bool causal,
                                               float softmax_scale, float dropout, bool deterministic) {
   const Extras x = extras_of(idx_in, block_mask_in, seed_offset, fwd_plan, bwd_plan, dropout, deterministic);
+  check_seed_offset(x);
   const paddle::Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   const paddle::Tensor out = contiguous(out_in), lse = contiguous(lse_in), dout = contiguous(dout_in);
   PD_CHECK(dout.shape() == out.shape() && dout.dtype() == q.dtype(),
