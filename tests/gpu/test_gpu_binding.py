@@ -92,6 +92,7 @@ def test_fp16_matches_reference_with_gqa_and_per_head_masks():
     ("cpu mask", ValueError, "startend_row_indices"),
     ("head_dim 100", ValueError, "head_dim"),  # not a multiple of 8
     ("head_dim 264", ValueError, "head_dim"),  # past 256
+    ("mask slices", ValueError, "mask heads"),  # batch * mask heads past the grid's 65535
 ])
 def test_bad_inputs_raise_naming_the_argument(bad, error, words):
     q, k, v = _inputs(b=1, sq=64, sk=64, hq=4, hk=2, d=64)
@@ -109,6 +110,9 @@ def test_bad_inputs_raise_naming_the_argument(bad, error, words):
         k, v = k[:, :, :1].expand(1, 64, 3, 64), v[:, :, :1].expand(1, 64, 3, 64)
     elif bad == "cpu mask":
         idx = idx.cpu()
+    elif bad == "mask slices":
+        q, k, v = _inputs(b=32768, sq=8, sk=8, hq=2, hk=2, d=64)
+        idx = torch.full((32768, 2, 8, 1), 8, dtype=torch.int32, device="cuda")
     elif bad.startswith("head_dim"):
         d = int(bad.split()[1])
         q, k, v = (torch.randn(*t.shape[:3], d, device="cuda", dtype=t.dtype) for t in (q, k, v))

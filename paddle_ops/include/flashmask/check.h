@@ -118,6 +118,10 @@ inline void check_cuda_support(const FwdParams& p, const char* where) {
               " from " + std::to_string(kCudaHeadDimMin) + " to " + std::to_string(kCudaHeadDimMax) + ", got (" +
               std::to_string(p.head_dim) + ", " + std::to_string(p.head_dim_v) + "); other head dims run on CPU");
   require(p.batch <= 65535 && p.heads_q <= 65535, where, "batch and heads_q must be at most 65535 on CUDA");
+  // The mask preprocessing runs a row of CTAs per mask slice (gridDim.y).
+  require(!p.mask_form.has_indices() || int64_t(p.batch) * p.mask_heads <= 65535, where,
+          "batch * mask heads (startend_row_indices.shape[0] * shape[1]) must be at most 65535 on CUDA, got " +
+              std::to_string(int64_t(p.batch) * p.mask_heads));
 }
 
 }  // namespace flashmask
