@@ -103,7 +103,9 @@ fi
 
 if [ $RUN_TESTS = 1 ]; then
   XDIST=""; [ -n "${PYTEST_WORKERS:-}" ] && XDIST="-n $PYTEST_WORKERS"
-  step tests "$OUT/tests.log" python3 -m pytest tests/gpu -x -q -p no:cacheprovider $XDIST $PYTEST_ARGS
+  # A kernel that hangs leaves the Python stack of its test in the log after 5 minutes.
+  step tests "$OUT/tests.log" python3 -m pytest tests/gpu -x -q -p no:cacheprovider -o faulthandler_timeout=300 \
+    $XDIST $PYTEST_ARGS
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 >> "$SUMMARY"
 fi
 
