@@ -35,13 +35,23 @@ int64_t plan_tensor_bytes(const flashmask::MaskPlanSize& size) {
 // The call's view of a plan from flashmask_attn_plan. The key is the one this call's parameters
 // give: the Python cache (flashmask_paddle/_plans.py) keys plans by everything those parameters
 // derive from, and a plan of another size is refused here.
-flashmask::MaskPlan plan_of(const paddle::Tensor& t, const flashmask::MaskPlanSize& size, const char* what) {
-  PD_CHECK(t.numel() == plan_tensor_bytes(size), what, ": the mask plan has ", t.numel(),
-           " bytes, this call's plan needs ", plan_tensor_bytes(size), " (a plan of another problem)");
+flashmask::MaskPlan plan_of(const paddle::Tensor& t, const flashmask::MaskPlanSize& size) {
+  PD_CHECK(t.numel() == plan_tensor_bytes(size), "the mask plan has ", t.numel(), " bytes, this call's plan needs ",
+           plan_tensor_bytes(size), " (a plan of another problem)");
   flashmask::MaskPlan plan;
   plan.data = t.data();
   plan.key = size.key;
   return plan;
+}
+
+// One direction's launcher run with the call's plan, if any, and a workspace sized for it.
+template <class Params, class PlanSize, class WorkspaceBytes, class Run>
+void run_with_plan(const Params& params, const paddle::optional<paddle::Tensor>& plan_tensor, const paddle::Tensor& q,
+                   PlanSize plan_size, WorkspaceBytes workspace_bytes, Run run) {
+  const flashmask::MaskPlan plan = plan_tensor ? plan_of(*plan_tensor, plan_size(params)) : flashmask::MaskPlan{};
+  void* ws_ptr = nullptr;
+  paddle::Tensor ws = workspace(workspace_bytes(params, plan.data != nullptr), q.place(), &ws_ptr);
+  run(params, ws_ptr, q.stream(), plan);
 }
 
 }  // namespace
@@ -55,13 +65,8 @@ std::vector<paddle::Tensor> flashmask_fwd_gpu(const paddle::Tensor& q, const pad
   if (q.numel() == 0 || k.numel() == 0) return {out, lse};
   const flashmask::FwdParams params = make_fwd_params(q, k, v, x, out, lse, causal, softmax_scale);
   run_launcher("flashmask_attention forward (CUDA)", [&] {
-    const char* what = "flashmask_attn forward (CUDA)";
-    const flashmask::MaskPlan plan = x.fwd_plan ? plan_of(*x.fwd_plan, flashmask::fwd_plan_size_cuda(params), what)
-                                                : flashmask::MaskPlan{};
-    void* ws_ptr = nullptr;
-    paddle::Tensor ws =
-        workspace(flashmask::fwd_workspace_bytes_cuda(params, plan.data != nullptr), q.place(), &ws_ptr);
-    flashmask::run_fwd_cuda(params, ws_ptr, q.stream(), plan);
+    run_with_plan(params, x.fwd_plan, q, flashmask::fwd_plan_size_cuda, flashmask::fwd_workspace_bytes_cuda,
+                  flashmask::run_fwd_cuda);
   });
   return {out, lse};
 }
@@ -78,13 +83,8 @@ std::vector<paddle::Tensor> flashmask_bwd_gpu(const paddle::Tensor& q, const pad
   const flashmask::BwdParams params =
       make_bwd_params(q, k, v, x, out, lse, dout, dq, dk, dv, causal, softmax_scale);
   run_launcher("flashmask_attention backward (CUDA)", [&] {
-    const char* what = "flashmask_attn backward (CUDA)";
-    const flashmask::MaskPlan plan = x.bwd_plan ? plan_of(*x.bwd_plan, flashmask::bwd_plan_size_cuda(params), what)
-                                                : flashmask::MaskPlan{};
-    void* ws_ptr = nullptr;
-    paddle::Tensor ws =
-        workspace(flashmask::bwd_workspace_bytes_cuda(params, plan.data != nullptr), q.place(), &ws_ptr);
-    flashmask::run_bwd_cuda(params, ws_ptr, q.stream(), plan);
+    run_with_plan(params, x.bwd_plan, q, flashmask::bwd_plan_size_cuda, flashmask::bwd_workspace_bytes_cuda,
+                  flashmask::run_bwd_cuda);
   });
   return {dq, dk, dv};
 }
