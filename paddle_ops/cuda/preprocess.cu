@@ -105,29 +105,30 @@ __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t blo
 constexpr int kScanThreads = 1024;
 
 // One CTA: exclusive prefix sum of the partial counts (counts[2 * list + 1]) over every list, in
-// chunks of kScanThreads lists; offsets[num_lists] = the total; with slot_lists, each of the first
-// `slots` numbers gets its list.
+// chunks of kScanThreads lists, stored capped at `slots`; offsets[num_lists]
+// = the capped total; with slot_lists, each of the first `slots` numbers gets its list.
 __global__ void partial_offsets_kernel(const int32_t* counts, int64_t num_lists, int32_t* offsets,
                                        int32_t* slot_lists, int32_t slots) {
-  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  // 64-bit sums: a mask may have more than 2^31 partial tiles (256 slices of 256K rows, mostly partial).
+  using Scan = cub::BlockScan<int64_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
-  int32_t carried = 0;
+  int64_t carried = 0;
   for (int64_t base = 0; base < num_lists; base += kScanThreads) {
     const int64_t list = base + threadIdx.x;
     const int32_t partial = list < num_lists ? counts[2 * list + 1] : 0;
-    int32_t before = 0, chunk_total = 0;
-    Scan(temp).ExclusiveSum(partial, before, chunk_total);
+    int64_t before = 0, chunk_total = 0;
+    Scan(temp).ExclusiveSum(int64_t(partial), before, chunk_total);
     if (list < num_lists) {
-      offsets[list] = carried + before;
+      const int64_t first = carried + before;
+      offsets[list] = (int32_t)min(first, (int64_t)slots);
       if (slot_lists != nullptr) {
-        for (int32_t i = 0; i < partial && carried + before + i < slots; ++i)
-          slot_lists[carried + before + i] = (int32_t)list;
+        for (int32_t i = 0; i < partial && first + i < slots; ++i) slot_lists[first + i] = (int32_t)list;
       }
     }
     carried += chunk_total;
     __syncthreads();  // temp is reused by the next chunk
   }
-  if (threadIdx.x == 0) offsets[num_lists] = carried;
+  if (threadIdx.x == 0) offsets[num_lists] = (int32_t)min(carried, (int64_t)slots);
 }
 
 }  // namespace

@@ -91,14 +91,16 @@ FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t
 FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
                                     void* base, cudaStream_t stream);
 
-// Numbers the partial tiles of all lists consecutively: offsets[list] = the partial tiles of the
-// lists before it (exclusive prefix sum of the lists' partial counts), so that per-tile data (the
-// Hopper forward's mask payloads) can be packed without a slot for every possible tile, and
-// offsets[number of lists] = their total. With `slot_lists`, slot_lists[n] = the list of partial
-// tile n for n < min(total, slots), so that per-tile work can be spread over tiles, not lists. One
-// CTA, after build_fwd_block_lists on the same stream; offsets holds partial_offsets_bytes(p, block_m).
+// Numbers the partial tiles of all lists consecutively, up to `slots`: offsets[list] = the partial
+// tiles of the lists before it (exclusive prefix sum of the lists' partial counts), capped at
+// `slots`, so that per-tile data (the Hopper forward's mask payloads) can be packed without a slot
+// for every possible tile, and offsets[number of lists] = their total, capped the same way (no
+// offset wraps, however many partial tiles a mask has). With `slot_lists`, slot_lists[n] = the list
+// of partial tile n for n < min(total, slots), so that per-tile work can be spread over tiles, not
+// lists. One CTA, after build_fwd_block_lists on the same stream; offsets holds
+// partial_offsets_bytes(p, block_m).
 size_t partial_offsets_bytes(const FwdParams& p, int32_t block_m);
 void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int32_t* offsets, cudaStream_t stream,
-                            int32_t* slot_lists = nullptr, int32_t slots = 0);
+                            int32_t* slot_lists, int32_t slots);
 
 }  // namespace flashmask

@@ -46,6 +46,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   constexpr bool kSplitHeadDim = Traits::kSplitHeadDim;
   constexpr bool kDqUnderDk = kWriteDq && Traits::kCanWriteDqUnderDk;
   constexpr bool kNextStUnderDk = kDqUnderDk && Traits::kNextStUnderDk && !kDropout;
+  // The next tile's S^T waits for its Q stage while this tile's stage is still held.
+  static_assert(!kNextStUnderDk || Traits::kStages >= 2, "S^T under dK needs two Q stages");
   const BwdParams& p = kp.p;
   const bwd::Workspace& ws = kp.ws;
   // Consumer warpgroup 0 .. kConsumerWGs-1, broadcast from lane 0 so that the compiler knows it is

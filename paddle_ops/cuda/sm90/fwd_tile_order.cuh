@@ -40,10 +40,13 @@ inline int64_t order_kv_head_bytes(const FwdParams& p) {
   return (int64_t)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2;
 }
 
-// Query heads ((batch, head_q) pairs) per section.
+// Query heads ((batch, head_q) pairs) per section, at most all of them (tiny rows with many heads
+// would otherwise ask for more sections' worth than an int32 holds).
 inline int32_t order_section_heads(const FwdParams& p) {
   const int64_t group = p.heads_q / p.heads_k;  // query heads that share one K / V head
-  return (int32_t)std::max<int64_t>(1, kOrderSectionBytes * group / std::max<int64_t>(1, order_kv_head_bytes(p)));
+  const int64_t heads = (int64_t)p.heads_q * p.batch;
+  return (int32_t)std::clamp<int64_t>(kOrderSectionBytes * group / std::max<int64_t>(1, order_kv_head_bytes(p)), 1,
+                                      heads);
 }
 
 // Rows whose one key / value head outgrows a section (Sk > 64K at D = 128) have tiles enough that
