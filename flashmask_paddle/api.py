@@ -2,12 +2,13 @@
 backed by this package's own custom op (CPU kernel; CUDA kernel when built with CUDA)."""
 from __future__ import annotations
 
-import collections
+import functools
 
 import numpy as np
 import paddle
 
 from . import _env, _ops, _plans, _validate
+from ._plans import cached_plan_count
 
 __all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "cached_plan_count"]
 
@@ -168,11 +169,6 @@ def clear_mask_plans(*masks) -> None:
         _CHECKED.forget(mask)
 
 
-def cached_plan_count() -> int:
-    """How many mask plans are cached now (forward and backward, per live mask tensor)."""
-    return _plans.cached_plan_count()
-
-
 def _check_qkv(query, key, value, causal):
     """(causal as bool, the problem's sizes) after the checks of query, key, value and causal."""
     for arg, t in (("query", query), ("key", key), ("value", value)):
@@ -266,31 +262,24 @@ def _deterministic() -> bool:
     return bool(paddle_flag) or _env.flag("FLASHMASK_DETERMINISTIC")
 
 
-# The last few window masks, kept in eager mode: a model's layers (and steps) then share one
-# indices tensor, so no host-to-device copy per call and one mask plan for all of them.
-_WINDOW_MASKS_KEPT = 8
-_window_masks: collections.OrderedDict = collections.OrderedDict()
-
-
 def _sliding_window_indices(window_size, dims: _validate.Dims, causal: bool, place):
     """Paddle's ``window_size`` semantics via ``masks.sliding_window``, repeated over the batch."""
+    left, right = _validate.window_pair(window_size)
+    args = (left, right, causal, dims.batch, dims.seqlen_q, dims.seqlen_k, place)
+    return _kept_window_indices(*args) if paddle.in_dynamic_mode() else _window_indices(*args)
+
+
+def _window_indices(left: int, right: int, causal: bool, batch: int, seqlen_q: int, seqlen_k: int, place):
     from . import masks
 
-    left, right = _validate.window_pair(window_size)
-    key = (left, right, causal, dims.batch, dims.seqlen_q, dims.seqlen_k, str(place))
-    cached = _window_masks.get(key) if paddle.in_dynamic_mode() else None
-    if cached is not None:
-        _window_masks.move_to_end(key)
-        return cached
-    mask = masks.sliding_window(dims.seqlen_q, dims.seqlen_k, window_left=left, window_right=right,
-                                causal=causal)
-    indices = np.ascontiguousarray(np.broadcast_to(mask.indices, (dims.batch,) + mask.indices.shape[1:]))
-    tensor = paddle.to_tensor(indices, dtype="int32", place=place)
-    if paddle.in_dynamic_mode():
-        _window_masks[key] = tensor
-        while len(_window_masks) > _WINDOW_MASKS_KEPT:
-            _window_masks.popitem(last=False)
-    return tensor
+    mask = masks.sliding_window(seqlen_q, seqlen_k, window_left=left, window_right=right, causal=causal)
+    indices = np.ascontiguousarray(np.broadcast_to(mask.indices, (batch,) + mask.indices.shape[1:]))
+    return paddle.to_tensor(indices, dtype="int32", place=place)
+
+
+# The last few window masks, kept in eager mode: a model's layers (and steps) then share one
+# indices tensor, so no host-to-device copy per call and one mask plan for all of them.
+_kept_window_indices = functools.lru_cache(maxsize=8)(_window_indices)
 
 
 def _check_seed_offset(fixed_seed_offset) -> None:
