@@ -102,13 +102,15 @@ __global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t blo
   }
 }
 
+// __launch_bounds__ keeps ptxas at 64 registers: at 1024 threads more fail the launch.
 constexpr int kScanThreads = 1024;
 
 // One CTA: exclusive prefix sum of the partial counts (counts[2 * list + 1]) over every list, in
 // chunks of kScanThreads lists, stored capped at `slots`; offsets[num_lists] = the capped total;
 // with slot_lists, each of the first `slots` numbers gets its list.
-__global__ void partial_offsets_kernel(const int32_t* counts, int64_t num_lists, int32_t* offsets,
-                                       int32_t* slot_lists, int32_t slots) {
+__global__ void __launch_bounds__(kScanThreads) partial_offsets_kernel(const int32_t* counts, int64_t num_lists,
+                                                                       int32_t* offsets, int32_t* slot_lists,
+                                                                       int32_t slots) {
   // 64-bit sums: a mask may have more than 2^31 partial tiles (256 slices of 256K rows, mostly partial).
   using Scan = cub::BlockScan<int64_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;

@@ -71,8 +71,9 @@ __global__ void fwd_tile_order_local_kernel(FwdParams p, int32_t num_m_blocks, i
 }
 
 // order[t] = the tile that runs t-th, in the natural numbering of fwd_tile (fwd_tiles.cuh).
-__global__ void fwd_tile_order_kernel(FwdParams p, MaskSlices slices, const int32_t* counts,
-                                      int32_t num_m_blocks, int32_t section_heads, int32_t* order) {
+__global__ void __launch_bounds__(kOrderThreads) fwd_tile_order_kernel(FwdParams p, MaskSlices slices,
+                                                                       const int32_t* counts, int32_t num_m_blocks,
+                                                                       int32_t section_heads, int32_t* order) {
   using Scan = cub::BlockScan<int32_t, kOrderThreads>;
   constexpr int kBinsPerThread = kOrderBins / kOrderThreads;
   __shared__ int32_t bins[kOrderBins];
