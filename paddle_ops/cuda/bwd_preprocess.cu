@@ -45,7 +45,7 @@ __host__ __device__ inline int lanes_per_row(int head_dim_v) {
 }
 
 template <typename T>
-__global__ void prepare_rows_kernel(BwdParams p, Workspace ws) {
+__global__ void __launch_bounds__(32 * kWarpsPerCta) prepare_rows_kernel(BwdParams p, Workspace ws) {
   const int b = blockIdx.z, h = blockIdx.y;
   const int lanes = lanes_per_row(p.head_dim_v);
   const int rows_per_cta = kWarpsPerCta * (32 / lanes);

@@ -25,9 +25,10 @@ __device__ __forceinline__ int32_t warp_max(int32_t v) {
 // One warp per (slice, key block): lanes stride over the block's columns, then reduce. Key block
 // n_block is columns [n_block * block_n, + block_n), or with `ranges` (key_blocks.cuh) the range
 // of slot n_block of the slice's batch row, skipped when empty.
-__global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t block_n,
-                                    int32_t num_n_blocks, BlockBounds* bounds,
-                                    ColumnBounds* columns, const int2* ranges) {
+__global__ void __launch_bounds__(32 * kWarpsPerCta) block_bounds_kernel(FwdParams p, MaskSlices slices,
+                                                                         int32_t block_n, int32_t num_n_blocks,
+                                                                         BlockBounds* bounds, ColumnBounds* columns,
+                                                                         const int2* ranges) {
   const int32_t n_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;
@@ -59,10 +60,10 @@ __global__ void block_bounds_kernel(FwdParams p, MaskSlices slices, int32_t bloc
 
 // One warp per (slice, query block): classify 32 key blocks at a time (descending) and compact the
 // visible ones with a ballot, partial tiles in a first pass and unmasked ones in a second.
-__global__ void fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t block_n,
-                                       int32_t num_m_blocks, int32_t num_n_blocks,
-                                       const BlockBounds* bounds, int32_t* entries,
-                                       int32_t* counts) {
+__global__ void __launch_bounds__(32 * kWarpsPerCta) fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t block_n,
+                                                                            int32_t num_m_blocks, int32_t num_n_blocks,
+                                                                            const BlockBounds* bounds, int32_t* entries,
+                                                                            int32_t* counts) {
   const int32_t m_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;

@@ -22,6 +22,7 @@ namespace flashmask {
 namespace sm90 {
 
 constexpr int kOrderThreads = 1024;
+constexpr int kLocalOrderThreads = 256;
 constexpr int kOrderBins = 4096;  // lists of more key blocks than this share the last bin
 constexpr int64_t kOrderSectionBytes = 32ll << 20;  // K + V of a section: about half the H200's L2
 
@@ -57,7 +58,8 @@ inline int32_t order_section_heads(const FwdParams& p) {
 // K / V head next to each other.
 inline bool order_keeps_locality(const FwdParams& p) { return order_kv_head_bytes(p) > kOrderSectionBytes; }
 
-__global__ void fwd_tile_order_local_kernel(FwdParams p, int32_t num_m_blocks, int32_t* order) {
+__global__ void __launch_bounds__(kLocalOrderThreads) fwd_tile_order_local_kernel(FwdParams p, int32_t num_m_blocks,
+                                                                                  int32_t* order) {
   const int32_t group = p.heads_q / p.heads_k;
   const int64_t tiles = (int64_t)num_m_blocks * p.heads_q * p.batch;
   for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < tiles; u += (int64_t)gridDim.x * blockDim.x) {
@@ -113,8 +115,8 @@ inline void launch_fwd_tile_order(const FwdParams& p, const FwdBlockLists& lists
                                   cudaStream_t stream) {
   if (order_keeps_locality(p)) {
     const int64_t tiles = (int64_t)lists.num_m_blocks * p.heads_q * p.batch;
-    const int blocks = (int)std::min<int64_t>(ceil_div(tiles, (int64_t)256), 4096);
-    fwd_tile_order_local_kernel<<<blocks, 256, 0, stream>>>(p, lists.num_m_blocks, order);
+    const int blocks = (int)std::min<int64_t>(ceil_div(tiles, (int64_t)kLocalOrderThreads), 4096);
+    fwd_tile_order_local_kernel<<<blocks, kLocalOrderThreads, 0, stream>>>(p, lists.num_m_blocks, order);
     FM_CHECK_LAUNCH("sm90::fwd_tile_order_local_kernel");
     return;
   }
