@@ -23,9 +23,14 @@ class _MaskEntry:
         self.ref, self.stamp, self.plans = ref, stamp, {}
         self.block_mask_ref = None if block_mask is None else weakref.ref(block_mask)
 
+    def block_mask(self) -> Optional[Any]:
+        return None if self.block_mask_ref is None else self.block_mask_ref()
+
     def holds(self, indices: Any, block_mask: Optional[Any], stamp: Hashable) -> bool:
-        held_block_mask = None if self.block_mask_ref is None else self.block_mask_ref()
-        return self.ref() is indices and held_block_mask is block_mask and self.stamp == stamp
+        return self.ref() is indices and self.block_mask() is block_mask and self.stamp == stamp
+
+    def built_from(self, mask: Any) -> bool:
+        return self.ref() is mask or (mask is not None and self.block_mask() is mask)
 
 
 class PlanCache:
@@ -81,7 +86,7 @@ class PlanCache:
                 self._maskless.clear()
                 return
             for key, entry in list(self._by_mask.items()):
-                if entry.ref() is mask or (entry.block_mask_ref is not None and entry.block_mask_ref() is mask):
+                if entry.built_from(mask):
                     del self._by_mask[key]
 
     def __len__(self) -> int:

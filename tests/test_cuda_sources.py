@@ -8,15 +8,18 @@ CUDA_DIR = Path(__file__).resolve().parents[1] / "paddle_ops" / "cuda"
 KERNEL = re.compile(r"__global__\s+void\s+(__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 
 
+def cuda_sources():
+    return sorted(path for path in CUDA_DIR.rglob("*") if path.suffix in {".cu", ".cuh"})
+
+
 def kernels():
-    for path in sorted(CUDA_DIR.rglob("*")):
-        if path.suffix in {".cu", ".cuh"}:
-            for match in KERNEL.finditer(path.read_text()):
-                yield path.relative_to(CUDA_DIR), match.group(2), match.group(1) is not None
+    for path in cuda_sources():
+        for match in KERNEL.finditer(path.read_text()):
+            yield path.relative_to(CUDA_DIR), match.group(2), match.group(1) is not None
 
 
 def test_every_kernel_declaration_is_read():
-    declared = sum(p.read_text().count("__global__") for p in CUDA_DIR.rglob("*") if p.suffix in {".cu", ".cuh"})
+    declared = sum(path.read_text().count("__global__") for path in cuda_sources())
     assert declared >= 15 and sum(1 for _ in kernels()) == declared
 
 

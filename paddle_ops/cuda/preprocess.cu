@@ -60,10 +60,11 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) block_bounds_kernel(FwdPara
 
 // One warp per (slice, query block): classify 32 key blocks at a time (descending) and compact the
 // visible ones with a ballot, partial tiles in a first pass and unmasked ones in a second.
-__global__ void __launch_bounds__(32 * kWarpsPerCta) fwd_block_lists_kernel(FwdParams p, int32_t block_m, int32_t block_n,
-                                                                            int32_t num_m_blocks, int32_t num_n_blocks,
-                                                                            const BlockBounds* bounds, int32_t* entries,
-                                                                            int32_t* counts) {
+__global__ void __launch_bounds__(32 * kWarpsPerCta) fwd_block_lists_kernel(FwdParams p, int32_t block_m,
+                                                                            int32_t block_n, int32_t num_m_blocks,
+                                                                            int32_t num_n_blocks,
+                                                                            const BlockBounds* bounds,
+                                                                            int32_t* entries, int32_t* counts) {
   const int32_t m_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;
