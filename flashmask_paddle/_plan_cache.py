@@ -36,20 +36,26 @@ class _MaskEntry:
 class PlanCache:
     """Plans by mask tensor (with its block mask, if any) and plan id.
 
-    ``stamp`` is the binding's version stamp of the mask and block mask: an in-place write changes
-    it and drops the mask's plans. ``plan_id`` names everything a plan's layout and contents depend
-    on besides the mask's values.
+    ``version(tensor)`` is the framework's in-place version counter: with the data pointers it
+    stamps the mask and block mask, and an in-place write (a new stamp) drops the mask's plans.
+    ``plan_id`` names everything a plan's layout and contents depend on besides the mask's values.
     """
 
-    def __init__(self, maskless_kept: int = 8):
+    def __init__(self, version: Callable[[Any], int], maskless_kept: int = 8):
         # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
         self._lock = threading.RLock()
         self._by_mask: dict[int, _MaskEntry] = {}
         self._maskless: collections.OrderedDict = collections.OrderedDict()
         self._maskless_kept = maskless_kept
+        self._version = version
 
-    def get_or_build(self, indices: Optional[Any], block_mask: Optional[Any], stamp: Hashable,
-                     plan_id: Hashable, build: Callable[[], Any]) -> Any:
+    def _stamp(self, indices: Any, block_mask: Optional[Any]) -> Hashable:
+        def of(t):
+            return None if t is None else (self._version(t), t.data_ptr())
+        return of(indices), of(block_mask)
+
+    def get_or_build(self, indices: Optional[Any], block_mask: Optional[Any], plan_id: Hashable,
+                     build: Callable[[], Any]) -> Any:
         with self._lock:
             if indices is None:
                 plan = self._maskless.get(plan_id)
@@ -61,6 +67,7 @@ class PlanCache:
                 else:
                     self._maskless.move_to_end(plan_id)
                 return plan
+            stamp = self._stamp(indices, block_mask)
             entry = self._by_mask.get(id(indices))
             if entry is None or not entry.holds(indices, block_mask, stamp):
                 entry = _MaskEntry(weakref.ref(indices, self._forget(id(indices))), block_mask, stamp)

@@ -19,7 +19,7 @@ import paddle
 from . import _env, _ops
 from ._plan_cache import PlanCache
 
-_cache = PlanCache()
+_cache = PlanCache(version=lambda t: t._inplace_version())
 
 
 def clear_mask_plans(mask=None) -> None:
@@ -59,13 +59,10 @@ def plans_for(q, k, v, indices, block_mask, causal: bool, dropout: float, determ
         None if indices is None else tuple(indices.shape), float(dropout), bool(deterministic),
         _env.kernel_settings())
     owner, owner_block_mask = (indices, block_mask) if mask_given is None else mask_given
-    stamp = None if owner is None else (
-        owner._inplace_version(), owner.data_ptr(),
-        None if owner_block_mask is None else (owner_block_mask._inplace_version(), owner_block_mask.data_ptr()))
 
     def plan(direction_is_backward: bool):
         return _cache.get_or_build(
-            owner, owner_block_mask, stamp, (direction_is_backward,) + problem,
+            owner, owner_block_mask, (direction_is_backward,) + problem,
             lambda: _ops.build_plan(q, k, v, indices, block_mask, causal, dropout, deterministic,
                                     direction_is_backward))
 

@@ -15,44 +15,59 @@ from flashmask_paddle import prepare_mask_plan
 from flashmask_paddle._plan_cache import PlanCache
 
 
-class _Tensorish:  # a weak-referenceable stand-in for a mask tensor
-    pass
+class _Tensorish:
+    """A weak-referenceable stand-in for a mask tensor: an in-place version and a data pointer."""
+
+    def __init__(self, pointer: int = 0x1000):
+        self.version, self.pointer = 0, pointer
+
+    def data_ptr(self) -> int:
+        return self.pointer
+
+
+def _cache(**kwargs) -> PlanCache:
+    return PlanCache(version=lambda t: t.version, **kwargs)
 
 
 def test_cache_builds_once_per_mask_stamp_and_plan_id():
-    cache, builds = PlanCache(), []
+    cache, builds = _cache(), []
 
     def build(tag):
         return lambda: builds.append(tag) or tag
 
     mask = _Tensorish()
-    assert cache.get_or_build(mask, None, (0,), "fwd", build("a")) == "a"
-    assert cache.get_or_build(mask, None, (0,), "fwd", build("b")) == "a"
-    assert cache.get_or_build(mask, None, (0,), "bwd", build("c")) == "c"
+    assert cache.get_or_build(mask, None, "fwd", build("a")) == "a"
+    assert cache.get_or_build(mask, None, "fwd", build("b")) == "a"
+    assert cache.get_or_build(mask, None, "bwd", build("c")) == "c"
     assert len(cache) == 2
-    assert cache.get_or_build(mask, None, (1,), "fwd", build("d")) == "d", "a new stamp (in-place write) rebuilds"
-    assert len(cache) == 1, "the old stamp's plans are dropped"
+    mask.version += 1
+    assert cache.get_or_build(mask, None, "fwd", build("d")) == "d", "an in-place write rebuilds"
+    assert len(cache) == 1, "the old version's plans are dropped"
+    mask.pointer += 256
+    assert cache.get_or_build(mask, None, "fwd", build("e")) == "e", "new storage rebuilds"
     del mask
     gc.collect()
     assert len(cache) == 0, "a mask's plans go with the mask"
-    assert builds == ["a", "c", "d"]
+    assert builds == ["a", "c", "d", "e"]
 
 
 def test_cache_tells_block_masks_apart_by_identity_not_by_stamp():
     """A new block mask object may come with the stamp of the previous one (a recycled id and
     allocation, version 0 on both): its plans must still be new."""
-    cache, mask = PlanCache(), _Tensorish()
-    first, second = _Tensorish(), _Tensorish()
-    assert cache.get_or_build(mask, first, (0, (0, 1)), "fwd", lambda: "a") == "a"
-    assert cache.get_or_build(mask, second, (0, (0, 1)), "fwd", lambda: "b") == "b"
-    assert cache.get_or_build(mask, None, (0, None), "fwd", lambda: "c") == "c"
+    cache, mask = _cache(), _Tensorish()
+    first, second = _Tensorish(0x2000), _Tensorish(0x2000)
+    assert cache.get_or_build(mask, first, "fwd", lambda: "a") == "a"
+    assert cache.get_or_build(mask, second, "fwd", lambda: "b") == "b"
+    assert cache.get_or_build(mask, None, "fwd", lambda: "c") == "c"
+    second.version += 1
+    assert cache.get_or_build(mask, second, "fwd", lambda: "d") == "d", "a block mask's in-place write rebuilds"
 
 
 def test_cache_forgets_one_mask_or_block_mask_on_request():
-    cache = PlanCache()
+    cache = _cache()
     one, two, block = _Tensorish(), _Tensorish(), _Tensorish()
-    cache.get_or_build(one, None, 0, "fwd", lambda: 1)
-    cache.get_or_build(two, block, 0, "fwd", lambda: 2)
+    cache.get_or_build(one, None, "fwd", lambda: 1)
+    cache.get_or_build(two, block, "fwd", lambda: 2)
     cache.clear(one)
     assert len(cache) == 1
     cache.clear(block)
@@ -60,14 +75,14 @@ def test_cache_forgets_one_mask_or_block_mask_on_request():
 
 
 def test_cache_keeps_the_last_maskless_plans():
-    cache = PlanCache(maskless_kept=3)
+    cache = _cache(maskless_kept=3)
     for i in range(5):
-        cache.get_or_build(None, None, None, i, lambda i=i: i)
+        cache.get_or_build(None, None, i, lambda i=i: i)
     assert len(cache) == 3
-    cache.get_or_build(None, None, None, 2, lambda: pytest.fail("plan 2 should still be cached"))
-    cache.get_or_build(None, None, None, 5, lambda: 5)  # evicts the least recently used, plan 3
+    cache.get_or_build(None, None, 2, lambda: pytest.fail("plan 2 should still be cached"))
+    cache.get_or_build(None, None, 5, lambda: 5)  # evicts the least recently used, plan 3
     built = []
-    cache.get_or_build(None, None, None, 3, lambda: built.append(3) or 3)
+    cache.get_or_build(None, None, 3, lambda: built.append(3) or 3)
     assert built == [3]
 
 

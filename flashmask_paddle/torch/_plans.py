@@ -41,7 +41,7 @@ class _Plan:
             self.streams.add(stream.cuda_stream)
 
 
-_cache = PlanCache()
+_cache = PlanCache(version=lambda t: t._version)
 
 
 def clear_mask_plans() -> None:
@@ -72,9 +72,6 @@ def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Te
         _capi.check(lib, build_fn(ctypes.byref(args), buffer.data_ptr(), stream.cuda_stream), build_fn.__name__)
         return _Plan(buffer, key.value, stream)
 
-    stamp = None if indices is None else (
-        indices._version, indices.data_ptr(),
-        None if block_mask is None else (block_mask._version, block_mask.data_ptr()))
-    plan = _cache.get_or_build(indices, block_mask, stamp, (direction, device.index, key.value), build)
+    plan = _cache.get_or_build(indices, block_mask, (direction, device.index, key.value), build)
     plan.ready_on(stream)
     return plan.buffer.data_ptr(), plan.key, plan.buffer.numel()
