@@ -20,6 +20,8 @@ _spec = importlib.util.spec_from_file_location("kernel_bench", Path(__file__).re
 kernel_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kernel_bench)
 
+from flashmask_paddle.bench import provenance  # noqa: E402  (on the path kernel_bench set)
+
 
 def profile(torch, fn, calls: int) -> dict[str, float]:
     """Device microseconds per call of each kernel launched by fn (name -> us)."""
@@ -37,6 +39,13 @@ def profile(torch, fn, calls: int) -> dict[str, float]:
         if event.device_type.name == "CUDA":
             per_kernel[event.name] += event.device_time / calls
     return dict(per_kernel)
+
+
+def write_result(path: Path, command: str, device: str, torch_version: str, rows: list[dict]) -> None:
+    """The rows with where they came from (command, commit, device, date, torch) as JSON."""
+    meta = {**provenance.record(command, device), "torch": torch_version}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 def main(argv=None) -> int:
@@ -78,14 +87,8 @@ def main(argv=None) -> int:
                                  "kernel": name, "us_per_call": round(us, 2)})
             del case, out
     if args.json:
-        meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-                "commit": kernel_bench._commit(), "device": torch.cuda.get_device_name(),
-                "torch": torch.__version__}
-        import datetime as _dt
-
-        meta["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
+        write_result(args.json, command, torch.cuda.get_device_name(), torch.__version__, rows)
     return 0
 
 

@@ -175,3 +175,18 @@ def test_timing_window_fills_short_calls_up_to_the_minimum_window_and_settles_fi
     # the window never exceeds MAX_REPS; without settle_ms / min_window_ms it is --reps alone
     assert kernel_bench.timing_window(0.001, 0.1, 10, 0.0, 40.0)[1] == kernel_bench.MAX_REPS
     assert kernel_bench.timing_window(0.5, 0.1, 10, 0.0, 0.0)[:2] == (0, 10)
+
+
+def test_kernel_breakdown_writes_its_rows_with_their_provenance(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "kernel_breakdown", Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_breakdown.py")
+    breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(breakdown)
+    rows = [{"mask": "causal", "seqlen": 8192, "direction": "fwd", "kernel": "k", "us_per_call": 1.5}]
+    path = tmp_path / "out" / "breakdown.json"
+    breakdown.write_result(path, "kernel_breakdown.py --json x", "GPU name", "2.11", rows)
+    written = json.loads(path.read_text())
+    assert written["rows"] == rows
+    meta = written["meta"]
+    assert (meta["command"], meta["device"], meta["torch"]) == ("kernel_breakdown.py --json x", "GPU name", "2.11")
+    assert meta["commit"] and meta["date"].startswith("20")
