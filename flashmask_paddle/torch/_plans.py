@@ -67,7 +67,7 @@ def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Te
     stream = torch.cuda.current_stream(device)
 
     def build() -> _Plan:
-        buffer = allocate(max(int(nbytes.value), 256))
+        buffer = allocate(int(nbytes.value))
         build_fn = getattr(lib, f"fm_{direction}_plan_build")
         _capi.check(lib, build_fn(ctypes.byref(args), buffer.data_ptr(), stream.cuda_stream), build_fn.__name__)
         return _Plan(buffer, key.value, stream)

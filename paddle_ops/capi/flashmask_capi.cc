@@ -140,7 +140,7 @@ int fm_fwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key) {
     require(bytes != nullptr && key != nullptr, "bytes or key is NULL");
 #if defined(FLASHMASK_WITH_CUDA)
     const flashmask::MaskPlanSize size = flashmask::fwd_plan_size_cuda(fwd_params(args, false));
-    *bytes = size.bytes;
+    *bytes = flashmask::plan_allocation_bytes(size);
     *key = size.key;
 #else
     no_cuda();
@@ -153,7 +153,7 @@ int fm_bwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key) {
     require(bytes != nullptr && key != nullptr, "bytes or key is NULL");
 #if defined(FLASHMASK_WITH_CUDA)
     const flashmask::MaskPlanSize size = flashmask::bwd_plan_size_cuda(bwd_params(args, false));
-    *bytes = size.bytes;
+    *bytes = flashmask::plan_allocation_bytes(size);
     *key = size.key;
 #else
     no_cuda();

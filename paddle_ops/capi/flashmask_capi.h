@@ -65,9 +65,9 @@ int fm_fwd_cuda(const fm_args* args, void* workspace, void* stream);
 int fm_bwd_cuda(const fm_args* args, void* workspace, void* stream);
 
 /* Mask plans (flashmask/launch.h): the preprocessing of a mask (block bounds, block lists, mask
- * payloads, tile order), built once into `plan` (*bytes of device memory) and passed to every
- * later call with the same mask values and problem as args->plan and args->plan_key = *key. A
- * call given a plan of another key fails with code 1. The plan is ready for calls on `stream`;
+ * payloads, tile order), built once into `plan` (*bytes of device memory, never 0) and passed to
+ * every later call with the same mask values and problem as args->plan and args->plan_key = *key.
+ * A call given a plan of another key fails with code 1. The plan is ready for calls on `stream`;
  * calls on another stream must wait for it. */
 int fm_fwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key);
 int fm_bwd_plan_size(const fm_args* args, size_t* bytes, uint64_t* key);

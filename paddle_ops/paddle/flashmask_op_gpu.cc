@@ -5,7 +5,6 @@
 // Compiled only with -DFLASHMASK_WITH_CUDA (setup_ops.py when paddle has CUDA; CI compile check).
 #ifdef FLASHMASK_WITH_CUDA
 
-#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -26,10 +25,8 @@ paddle::Tensor workspace(size_t bytes, const paddle::Place& place, void** ptr) {
   return ws;
 }
 
-// A plan tensor holds at least this many bytes, so that its data pointer is never null (a null
-// plan means "no plan": the call would carve a workspace it did not allocate).
 int64_t plan_tensor_bytes(const flashmask::MaskPlanSize& size) {
-  return static_cast<int64_t>(std::max<size_t>(size.bytes, 256));
+  return static_cast<int64_t>(flashmask::plan_allocation_bytes(size));
 }
 
 // The call's view of a plan from flashmask_attn_plan. The key is the one this call's parameters

@@ -36,6 +36,9 @@ struct MaskPlan {
   const void* data = nullptr;  // nullptr: no plan, the call preprocesses the mask itself
   uint64_t key = 0;
 };
+// What a binding allocates for a plan: never zero bytes, so that a plan's pointer is never null (a
+// null plan means "no plan": the call would then carve a workspace it was not given).
+inline size_t plan_allocation_bytes(const MaskPlanSize& size) { return size.bytes > 256 ? size.bytes : 256; }
 MaskPlanSize fwd_plan_size_cuda(const FwdParams& params);
 MaskPlanSize bwd_plan_size_cuda(const BwdParams& params);
 // `plan`: fwd_plan_size_cuda(params).bytes of device memory (no initialisation needed); the plan is
