@@ -62,6 +62,11 @@ VARIABLES = (
              "group after the other (1: key-block major over all slices; the slice count: slice by "
              "slice); tuning.",
              "paddle_ops/cuda/bwd_launch.cu"),
+    Variable("FLASHMASK_SM90_BWD_PAYLOAD_TILES", "8",
+             "Mask-payload slots per (mask slice, key block) list of the Hopper backward's mask plan "
+             "(partial tiles past the pooled slots evaluate column bounds); 0 turns payloads off "
+             "(tuning and tests).",
+             "paddle_ops/cuda/sm90/bwd_launch_sm90.cu"),
     Variable("FLASHMASK_BWD_DOCUMENT_BLOCKS", "(auto)",
              "Key blocks of the Hopper backward restarting at packed documents' starts (index masks, "
              "Sq = Sk): by default at head_dim 128; 1 at every head dim, 0 never (blocks at multiples "

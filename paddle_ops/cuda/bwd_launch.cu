@@ -54,13 +54,17 @@ void validate_tensors(const BwdParams& p) {
 }
 
 // The backward's mask plan (bwd_workspace.h): the block bounds at the workspace grid's key block
-// (bwd_tile_shape.h), read by both paths, and the document-aligned key blocks where the Hopper
-// backward takes them (key_blocks.cuh).
+// (bwd_tile_shape.h), read by both paths, and the document-aligned key blocks and mask payloads
+// where the Hopper backward takes them (key_blocks.cuh, sm90/bwd_mask_payload.cuh).
 PlanLayout plan_layout(const BwdParams& p) {
   PlanLayout layout;
   layout.block_n = workspace_grid(cuda_kernel_head_dim(p.head_dim, p.head_dim_v)).block_n;
 #if FLASHMASK_HAS_SM90
-  layout.document_blocks = document_key_blocks_apply(p) && bwd_sm90_selected(p);
+  if (bwd_sm90_selected(p)) {
+    layout.document_blocks = document_key_blocks_apply(p);
+    layout.payload_tile_rows = sm90::bwd_payload_tile_rows(p);
+    layout.payload_tiles_per_list = layout.payload_tile_rows > 0 ? sm90::bwd_payload_tiles_per_list() : 0;
+  }
 #endif
   return layout;
 }
@@ -77,7 +81,7 @@ PlanLayout plan_layout(const BwdParams& p) {
 constexpr int kKeyBlockSliceGroups = 4;
 
 dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
-  const int32_t key_blocks = ws.key_blocks.ranges != nullptr ? ws.key_blocks.slots : ws.n_blocks;
+  const int32_t key_blocks = ws.key_block_slots();
   if (key_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128 (6.7M with document blocks)
     throw std::invalid_argument("flashmask backward: seqlen_k too long for the key-block grid (" +
                                 std::to_string(p.seqlen_k) + " keys)");
@@ -95,7 +99,9 @@ MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
   bwd::validate(params);
   const bwd::PlanLayout layout = bwd::plan_layout(params);
   return {align_up(layout.bytes(params)),
-          mask_plan_key(params, PlanDirection::kBackward, {layout.block_n, int64_t(layout.document_blocks)})};
+          mask_plan_key(params, PlanDirection::kBackward,
+                        {layout.block_n, int64_t(layout.document_blocks), layout.payload_tiles_per_list,
+                         layout.payload_tile_rows})};
 }
 
 void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t stream) {
@@ -103,10 +109,16 @@ void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t strea
   if (plan == nullptr) throw ArgError("flashmask build_bwd_plan_cuda: plan is null");
   const bwd::PlanLayout layout = bwd::plan_layout(params);
   bwd::Workspace carved;
-  layout.carve(params, plan, &carved);
+  carved.n_blocks = int32_t((params.seqlen_k + layout.block_n - 1) / layout.block_n);
+  carved.slices = MaskSlices::of(params);
+  int32_t* next_payload_slot = layout.carve(params, plan, &carved);
   launch_block_bounds(params, layout.block_n, const_cast<BlockBounds*>(carved.bounds), stream);
   if (layout.document_blocks)
     build_document_key_blocks(params, layout.block_n, const_cast<int2*>(carved.key_blocks.ranges), stream);
+#if FLASHMASK_HAS_SM90
+  // After the bounds and key blocks, on the same stream: the payloads' tiles are theirs.
+  if (next_payload_slot != nullptr) sm90::build_bwd_mask_payloads(params, carved, next_payload_slot, stream);
+#endif
 }
 
 size_t bwd_workspace_bytes_cuda(const BwdParams& params, bool with_plan) {

@@ -9,7 +9,8 @@
 //             bounds, BlockBounds [slices, n_blocks] per key block min/max of the four column
 //             bounds (preprocess.cuh's launch_block_bounds, shared with the forward) at the grid's
 //             block_n; then, where the Hopper backward runs on document-aligned key blocks, those
-//             blocks and their bounds (key_blocks.cuh)
+//             blocks and their bounds (key_blocks.cuh); then, where the Hopper backward runs on
+//             tiles the producer hands over, the partial tiles' mask payloads (MaskPayloads below)
 //   dq_accum  float [B, Hq, Sq_pad, Dk]  fp32 dQ over the kernel's Dk columns (cuda_kernel_head_dim;
 //             atomic mode only, absent when deterministic). Each
 //             block_m x D tile is stored in MMA-thread order, not row-major (dq_accum_index in
@@ -17,6 +18,8 @@
 //             bwd_convert_dq.cuh maps it back.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -30,6 +33,17 @@
 namespace flashmask {
 namespace bwd {
 
+// The Hopper backward's mask payloads (sm90/bwd_mask_payload.cuh): the partial tiles of the list of
+// (mask slice, key block) `list` = slice * key_block_slots() + key block take consecutive slots
+// from first_slot[list] (< 0: it has none), slot s has words_per_tile words at
+// words[s * words_per_tile].
+struct MaskPayloads {
+  const int32_t* first_slot = nullptr;  // nullptr: no payloads, every partial tile evaluates its bounds
+  const uint32_t* words = nullptr;
+  int32_t capacity = 0;
+  int32_t words_per_tile = 0;
+};
+
 struct Workspace {
   float* lse_log2 = nullptr;
   float* dpsum = nullptr;
@@ -39,25 +53,61 @@ struct Workspace {
   float* dq_accum = nullptr;      // nullptr in deterministic mode
   int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple
   int32_t n_blocks = 0;           // ceil(Sk / block_n)
+  MaskPayloads payloads;
+
+  // The key blocks of one batch row the Hopper backward's CTAs take (bwd_tile_range.cuh's KeyBlock).
+  FM_HOST_DEVICE int32_t key_block_slots() const { return key_blocks.ranges != nullptr ? key_blocks.slots : n_blocks; }
 };
 
 inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
 // What the backward's mask plan holds: the bounds of the fixed key blocks of block_n keys (read by
-// every path) and, with document_blocks, the Hopper backward's document-aligned key blocks.
+// every path), with document_blocks the Hopper backward's document-aligned key blocks, and with
+// payload_tiles_per_list > 0 its mask payloads: that many slots per (mask slice, key block) list,
+// pooled over the lists, of payload_tile_rows x block_n bits each.
 struct PlanLayout {
   int32_t block_n = 0;
   bool document_blocks = false;
+  int32_t payload_tiles_per_list = 0;
+  int32_t payload_tile_rows = 0;
 
-  size_t bytes(const BwdParams& p) const {
-    return align256(block_bounds_bytes(p, block_n)) + (document_blocks ? document_key_blocks_bytes(p, block_n) : 0);
+  int32_t key_block_slots(const BwdParams& p) const {
+    return document_blocks ? document_key_block_slots(p, block_n) : int32_t((p.seqlen_k + block_n - 1) / block_n);
   }
-  // Points the workspace's plan fields into `base` (bytes(p) bytes).
-  void carve(const BwdParams& p, const void* base, Workspace* ws) const {
-    ws->bounds = static_cast<const BlockBounds*>(base);
-    if (document_blocks)
-      ws->key_blocks = carve_document_key_blocks(p, block_n,
-                                                 static_cast<const char*>(base) + align256(block_bounds_bytes(p, block_n)));
+  int64_t payload_lists(const BwdParams& p) const { return int64_t(MaskSlices::of(p).count()) * key_block_slots(p); }
+  int32_t payload_capacity(const BwdParams& p) const {
+    return int32_t(std::min<int64_t>(payload_lists(p) * payload_tiles_per_list, INT32_MAX / 2));
+  }
+  int32_t payload_words_per_tile() const { return payload_tile_rows * block_n / 32; }
+  // The slot counter the payload builder allocates from, the lists' first slots, the words.
+  size_t payload_bytes(const BwdParams& p) const {
+    if (payload_tiles_per_list == 0) return 0;
+    return align256(sizeof(int32_t)) + align256(sizeof(int32_t) * payload_lists(p)) +
+           align256(sizeof(uint32_t) * size_t(payload_capacity(p)) * payload_words_per_tile());
+  }
+  size_t bytes(const BwdParams& p) const {
+    return align256(block_bounds_bytes(p, block_n)) + (document_blocks ? document_key_blocks_bytes(p, block_n) : 0) +
+           payload_bytes(p);
+  }
+  // Points the workspace's plan fields into `base` (bytes(p) bytes); returns the payload builder's
+  // slot counter (nullptr without payloads).
+  int32_t* carve(const BwdParams& p, const void* base, Workspace* ws) const {
+    const char* at = static_cast<const char*>(base);
+    ws->bounds = reinterpret_cast<const BlockBounds*>(at);
+    at += align256(block_bounds_bytes(p, block_n));
+    if (document_blocks) {
+      ws->key_blocks = carve_document_key_blocks(p, block_n, at);
+      at += document_key_blocks_bytes(p, block_n);
+    }
+    if (payload_tiles_per_list == 0) return nullptr;
+    int32_t* next_slot = reinterpret_cast<int32_t*>(const_cast<char*>(at));
+    at += align256(sizeof(int32_t));
+    ws->payloads.first_slot = reinterpret_cast<const int32_t*>(at);
+    at += align256(sizeof(int32_t) * payload_lists(p));
+    ws->payloads.words = reinterpret_cast<const uint32_t*>(at);
+    ws->payloads.capacity = payload_capacity(p);
+    ws->payloads.words_per_tile = payload_words_per_tile();
+    return next_slot;
   }
 };
 

@@ -44,6 +44,13 @@ struct MaskSlices {
   FM_HOST_DEVICE int32_t index(const FwdParams& p, int32_t b, int32_t head_q) const {
     return batches == 1 && heads == 1 ? 0 : b * heads + p.mask_head_of(head_q);
   }
+  // A (batch, query head) that `slice` masks, the first such head: for work done once per slice.
+  FM_HOST_DEVICE int32_t batch_of(int32_t slice) const { return slice / heads; }
+  FM_HOST_DEVICE int32_t first_head_q(const FwdParams& p, int32_t slice) const {
+    const int32_t mask_head = slice % heads;
+    if (p.mask_heads <= 1) return 0;
+    return p.mask_heads == p.heads_q ? mask_head : mask_head * (p.heads_q / p.heads_k);
+  }
 };
 
 // One entry of a forward block list.

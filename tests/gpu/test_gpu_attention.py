@@ -133,6 +133,36 @@ def test_partial_tiles_with_and_without_mask_payloads(form, block_m, tiles, monk
                       heads_k=2, mask_heads=2, head_dim=128))
 
 
+@pytest.mark.parametrize("plan", ["1", "0"], ids=["plan", "in_call"])
+@pytest.mark.parametrize("tiles", ["0", "1", "8"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("form", [(True, 2), (False, 2), (False, 4)], ids=form_id)
+def test_backward_partial_tiles_with_and_without_mask_payloads(form, head_dim, tiles, plan, monkeypatch):
+    """The Hopper backward masks a partial tile from its payload while the mask plan's slots last
+    (FLASHMASK_SM90_BWD_PAYLOAD_TILES per (mask slice, key block) list, pooled) and from its keys'
+    column bounds after them: 0 slots (bounds only), 1 (both kinds in one call) and the default 8,
+    at both step heights (64 query rows at D = 128, 128 at D = 64), with GQA, mask heads = Hk and
+    Sq != Sk; the plan cached by the binding or built inside each call (FLASHMASK_MASK_PLAN=0)."""
+    monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", tiles)
+    monkeypatch.setenv("FLASHMASK_MASK_PLAN", plan)
+    check(fuzzed_case(form, seed_offset=1500 + int(tiles) + head_dim, batch=2, seqlen_q=777, seqlen_k=650, heads_q=4,
+                      heads_k=2, mask_heads=2, head_dim=head_dim))
+
+
+@pytest.mark.parametrize("tiles", ["1", "8"])
+@pytest.mark.parametrize("name", ["causal_documents", "documents"])
+def test_backward_mask_payloads_on_document_aligned_key_blocks(name, tiles, monkeypatch):
+    """Payloads of the key blocks that restart at documents (D = 128): blocks shorter than 128 keys,
+    whose keys past their end every payload masks, in a pool of 1 slot per list (both kinds of
+    partial tile in one CTA) and the default 8."""
+    monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", tiles)
+    rng = np.random.default_rng(SEED + 29 + int(tiles))
+    s = 1500
+    idx, causal = masks.pack_documents(_document_rows(rng, s, 2, 128), s, causal=name == "causal_documents")
+    check(Case(batch=idx.shape[0], seqlen_q=s, seqlen_k=s, heads_q=4, heads_k=2, head_dim=128, dtype="bf16",
+               causal=causal, indices=np.ascontiguousarray(idx), seed=SEED + 29 + int(tiles)))
+
+
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2), (4, 1)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
 @pytest.mark.parametrize("mask_heads", ["1", "Hk", "Hq"])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2)], ids=form_id)

@@ -17,6 +17,7 @@
 #include "bwd_dq_layout.cuh"
 #include "bwd_dq_writer.cuh"
 #include "bwd_epilogue.cuh"
+#include "bwd_mask_payload.cuh"
 #include "bwd_params.cuh"
 #include "bwd_tiles.cuh"
 #include "bwd_traits.cuh"
@@ -105,12 +106,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   clear(acc_dv);
 
   const int32_t key0 = kb.first + key_slice * kWGKeys;  // first key of this warpgroup
-  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
-  // This thread's keys' column bounds, reloaded when the head's mask slice changes. Keys past the
-  // block's end (Sk, or the next document-aligned block's first key) mask every row.
-  ColumnBounds columns[kRows];
-  const int32_t* loaded_slice = reinterpret_cast<const int32_t*>(intptr_t(-1));
-  int32_t loaded_head = -1;
 
   // This warpgroup's dQ chunks leave through shared memory where it has room (kDqViaSmem): stored
   // in the dq_accum layout, then added to the fp32 workspace by the dQ writer warp's bulk
@@ -151,23 +146,11 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   BwdTile next_tile{};  // kNextStUnderDk: the tile after the one being visited
   // One tile; kMasked compiles the element mask in (partial tiles, the key block crossing Sk).
   // Inlined also where dropout makes it long: an out-of-line body keeps the accumulators in local memory.
-  auto visit = [&](int32_t head_q, int32_t m, auto kMasked) __attribute__((always_inline)) {
+  // payload_slot: the tile's mask payload is in its Q stage (>= 0; bwd_mask_payload.cuh).
+  auto visit = [&](int32_t head_q, int32_t m, int32_t payload_slot, auto kMasked) __attribute__((always_inline)) {
     if (!kv_ready) {
       smem.barrier_kv.wait(0);
       kv_ready = true;
-    }
-    if (head_q != loaded_head) {  // the slice's address costs ~20 instructions; heads change rarely
-      loaded_head = head_q;
-      const int32_t* slice = bwd::mask_slice_or_null(p, b, head_q);
-      if (slice != loaded_slice) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kRows; ++i) {
-          const int32_t key = key0 + get<0>(coord(i, 0));
-          columns[i] = key < kb.end ? load_column_bounds(slice, key, p.mask_form, p.seqlen_q)
-                                    : ColumnBounds{0, INT32_MAX, 0, 0};
-        }
-        loaded_slice = slice;
-      }
     }
     const int stage = read.index();
 
@@ -182,22 +165,31 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
 
+    // Partial tiles: which S^T values are masked, one bit each in accumulator order, from the tile's
+    // payload or, past the plan's payload slots, from its keys' column bounds. (That choice, a
+    // branch with S^T in flight, makes ptxas wait for each CTA's first S^T before its first dP^T;
+    // one loop per choice, chosen per CTA, spilled in the payload loop.)
+    const auto value_of = acc_rowcol(acc_s.layout());
+    [[maybe_unused]] uint32_t mask_bits[Traits::kPayloadWords];
+    if constexpr (decltype(kMasked)::value) {
+      if (Traits::kTilesFromProducer && payload_slot >= 0) {
+        const uint32_t* words = smem.payload.data() + stage * (Traits::kPayloadBytes / 4);
+        CUTLASS_PRAGMA_UNROLL
+        for (int w = 0; w < Traits::kPayloadWords; ++w)
+          mask_bits[w] = words[w * Traits::kConsumerThreads + wg * 128 + tidx];
+      } else {
+        MaskedRows masked_rows[kRows];
+        key_masked_rows(masked_rows, coord, p, b, head_q, key0, kb.end);
+        payload_of_tile(mask_bits, masked_rows, coord, value_of, row0);
+      }
+    }
+
     // P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T is still in flight. LSE_log2 is +inf on
     // fully masked and padding rows, so P is exactly 0 there.
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
     Tensor s = rowcol_view(acc_s);
     const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
-    // Partial tiles: each key's masked rows as intervals counted from the tile's first row, built
-    // here rather than kept across tiles (registers the unmasked tiles need).
-    MaskedRows masked_rows[kRows];
-    if constexpr (decltype(kMasked)::value) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kRows; ++i) {
-        const int32_t key = key0 + get<0>(coord(i, 0));
-        masked_rows[i] = MaskedRows::of(columns[i], key, p.causal, causal_off).relative_to(row0);
-      }
-    }
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size<1>(s); ++j) {
       const int32_t q = get<1>(coord(0, j));
@@ -206,7 +198,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       for (int i = 0; i < kRows; ++i) {
         const float prob = exp2_approx(s(i, j) * kp.scale_log2 - lse);
         if constexpr (decltype(kMasked)::value) {
-          s(i, j) = masked_rows[i].contains(q) ? 0.f : prob;
+          const int v = value_of(i, j);
+          s(i, j) = (mask_bits[v / 32] >> (v % 32)) & 1u ? 0.f : prob;
         } else {
           s(i, j) = prob;
         }
@@ -297,9 +290,9 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     ++read;
     ds_buffer ^= 1;
   };
-  auto visit_kind = [&](int32_t head_q, int32_t m, bool masked) __attribute__((always_inline)) {
-    if (masked) visit(head_q, m, cute::true_type{});
-    else visit(head_q, m, cute::false_type{});
+  auto visit_kind = [&](int32_t head_q, int32_t m, bool masked, int32_t payload_slot) __attribute__((always_inline)) {
+    if (masked) visit(head_q, m, payload_slot, cute::true_type{});
+    else visit(head_q, m, payload_slot, cute::false_type{});
   };
   if constexpr (kNextStUnderDk) {
     // As below, with each tile's S^T issued before its visit. The loop sits inside the branch: an
@@ -312,7 +305,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       issue_st(read.index());
       do {
         const BwdTile tile = next_tile;
-        visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
+        visit_kind(tile.head_q, tile.m_block, tile.masked_elements, tile.payload_slot);
       } while (!next_tile.is_end());
     }
   } else if constexpr (Traits::kTilesFromProducer) {
@@ -321,10 +314,13 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       pipeline_q.consumer_wait(read);
       const BwdTile tile = smem.tiles[read.index()];
       if (tile.is_end()) break;
-      visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
+      visit_kind(tile.head_q, tile.m_block, tile.masked_elements, tile.payload_slot);
     }
   } else {
-    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, visit_kind);
+    // No payloads here (the warps walk the tiles themselves): every partial tile evaluates its bounds.
+    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t) {
+      visit_kind(head_q, m, masked, -1);
+    });
   }
 
   store_dkdv<Traits>(kp, smem, acc_dk, acc_dv, mma_dkv, tidx, key_slice, col_slice, kb, head_k, b);

@@ -32,7 +32,7 @@ __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, type
   const bool leader = threadIdx.x % 32 == 0;
   bool first = true;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
-      kp.p, kp.ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool) {
+      kp.p, kp.ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool, int32_t) {
         // The buffer is free once the reduce issued from it one step ago has read it.
         if (leader && !first) cute::tma_store_wait<0>();
         __syncwarp();

@@ -1,6 +1,7 @@
 // Path selection and launch of the Hopper backward (bwd_sm90.h): the shared row preprocessing of the
 // portable backward (the block bounds come with the call's mask plan, ../bwd_launch.cu), then the
 // (dtype, head dim) sm90 kernels.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,6 +36,25 @@ bool bwd_sm90_selected(const BwdParams& p) {
                  p.head_dim, p.head_dim_v);
   }
   return selected;
+}
+
+int32_t sm90::bwd_payload_tile_rows(const BwdParams& p) {
+  const int kernel_dim = sm90::kernel_head_dim(p);
+  if (bwd::sm90_keys_per_cta(kernel_dim) != 128) return 0;  // the head-dim split kernel (D = 256)
+  return p.dropout_p > 0.f ? bwd::sm90_dropout_rows_per_step : bwd::sm90_rows_per_step(kernel_dim);
+}
+
+int32_t sm90::bwd_payload_tiles_per_list() {
+  const char* v = std::getenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES");
+  if (v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
+  return 8;
+}
+
+void sm90::build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot,
+                                   cudaStream_t stream) {
+  sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "build_bwd_mask_payloads", [&](auto e, auto d) {
+    sm90::build_bwd_mask_payloads_for<decltype(e), decltype(d)::value>(p, ws, next_slot, stream);
+  });
 }
 
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include "../utils.cuh"
 #include "bwd_convert_dq.cuh"
 #include "bwd_kernel.cuh"
+#include "bwd_mask_payload.cuh"
 #include "bwd_sm90.h"
 #include "../preprocess.cuh"
 #include "copy.cuh"
@@ -70,6 +71,20 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   run_bwd_sm90_shape<Traits, true, false>(p, ws, stream);
 }
 
+template <typename Element, int kHeadDim>
+void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot,
+                                 cudaStream_t stream) {
+  if constexpr (BwdTraits<Element, kHeadDim>::kTilesFromProducer) {
+    // In the shape of the kernel the call runs (run_bwd_sm90_kernels).
+    if (p.dropout_p > 0.f)
+      launch_bwd_mask_payloads<BwdTraits<Element, kHeadDim, bwd::sm90_dropout_rows_per_step>>(p, ws, next_slot, stream);
+    else
+      launch_bwd_mask_payloads<BwdTraits<Element, kHeadDim>>(p, ws, next_slot, stream);
+  } else {
+    throw std::runtime_error("flashmask build_bwd_mask_payloads: no payloads at this head dim");
+  }
+}
+
 // Whether this build carries sm_90a machine code for the kernel on the current device.
 template <typename Element, int kHeadDim>
 bool bwd_sm90_kernel_built() {
@@ -83,7 +98,8 @@ bool bwd_sm90_kernel_built() {
 
 #define FM_SM90_BWD_INSTANTIATE(T, D)                                                                  \
   template void run_bwd_sm90_kernels<T, D>(const BwdParams&, const bwd::Workspace&, cudaStream_t); \
-  template bool bwd_sm90_kernel_built<T, D>();
+  template bool bwd_sm90_kernel_built<T, D>();                                                      \
+  template void build_bwd_mask_payloads_for<T, D>(const BwdParams&, const bwd::Workspace&, int32_t*, cudaStream_t);
 
 }  // namespace sm90
 }  // namespace flashmask

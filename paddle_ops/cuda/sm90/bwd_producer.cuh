@@ -51,7 +51,10 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     }
     smem.tiles[write.index()] = tile;
   };
-  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked) {
+  // The first mask payload slot of the head's (mask slice, key block) list (bwd_mask_payload.cuh).
+  int32_t payload_head = -1, first_payload_slot = -1;
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked,
+                                                                int32_t partial_index) {
     if (!kv_issued) {  // only CTAs with a visible tile load K and V (no load may outlive the CTA)
       smem.barrier_kv.arrive_and_expect_tx(2 * Traits::kKBytes);
       copy(kp.tma_k.with(reinterpret_cast<BarrierType&>(smem.barrier_kv), 0), get<0>(tK), get<1>(tK));
@@ -67,10 +70,25 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * kBlockM;
     const int stage = write.index();
 
-    // Expects the Q bytes; the LSE bytes are added before any copy.
+    // Expects the Q bytes; the LSE bytes and the payload's are added before any copy.
     if constexpr (Traits::kTilesFromProducer) {
-      publish(BwdTile{m, head_q, masked, 0});
+      int32_t payload_slot = -1;
+      if (masked && ws.payloads.first_slot != nullptr) {
+        if (head_q != payload_head) {
+          payload_head = head_q;
+          first_payload_slot = ws.payloads.first_slot[int64_t(ws.slices.index(p, b, head_q)) * ws.key_block_slots() + kb.index];
+        }
+        if (first_payload_slot >= 0 && first_payload_slot + partial_index < ws.payloads.capacity)
+          payload_slot = first_payload_slot + partial_index;
+      }
+      publish(BwdTile{m, head_q, masked, payload_slot});
       pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});  // publish waited
+      if (payload_slot >= 0) {
+        pipeline_q.producer_expect_transaction(write, Traits::kPayloadBytes);
+        bulk_copy_g2s(smem.payload.data() + stage * (Traits::kPayloadBytes / 4),
+                      ws.payloads.words + int64_t(payload_slot) * (Traits::kPayloadBytes / 4), Traits::kPayloadBytes,
+                      pipeline_q.producer_get_barrier(write));
+      }
     } else {
       pipeline_q.producer_acquire(write);
     }
@@ -88,7 +106,7 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
   });
   if constexpr (Traits::kTilesFromProducer) {
     // The end of the sequence: a stage with no bytes to wait for, so a plain arrive completes it.
-    publish(BwdTile{-1, 0, 0, 0});
+    publish(BwdTile{-1, 0, 0, -1});
     cutlass::arch::ClusterBarrier::arrive(pipeline_q.producer_get_barrier(write));
   }
 }

@@ -20,12 +20,28 @@ bool bwd_sm90_selected(const BwdParams& p);
 void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);
 
 namespace sm90 {
+// Mask payloads of the backward's partial tiles (bwd_mask_payload.cuh), part of its mask plan.
+// Query rows of a payload tile: those of the kernel that runs `p` (its rows per step), or 0 where
+// that kernel takes none (D = 256, whose warps walk their tiles themselves).
+int32_t bwd_payload_tile_rows(const BwdParams& p);
+// Payload slots per (mask slice, key block) list, pooled over the lists of a plan: 8. Partial tiles
+// per 128-key block of the masks timed (bf16, 8K and 32K): 1-2 for causal and prefix-LM causal, 4
+// for sliding windows, 4-6 on average for documents, where the few blocks that straddle two of them
+// have up to a few hundred. FLASHMASK_SM90_BWD_PAYLOAD_TILES=N overrides (0: every partial tile
+// evaluates its column bounds; read when a plan or workspace is sized).
+int32_t bwd_payload_tiles_per_list();
+// Writes the payloads of the plan carved into `ws` (its bounds and key blocks built before it on
+// `stream`); next_slot: the plan's slot counter (PlanLayout::carve).
+void build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot, cudaStream_t stream);
+
 // One instantiation per (dtype, head dim), each in its own bwd_hdim*_sm90.cu: block bounds at the
 // kernel's key block, the main kernel and the dQ conversion (after the shared row preprocessing).
 template <typename Element, int kHeadDim>
 void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 bool bwd_sm90_kernel_built();
+template <typename Element, int kHeadDim>
+void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot, cudaStream_t stream);
 }  // namespace sm90
 
 }  // namespace flashmask

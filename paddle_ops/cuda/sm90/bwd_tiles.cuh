@@ -15,28 +15,65 @@
 namespace flashmask {
 namespace sm90 {
 
-// Calls visit(head_q, m_block, masked_elements) for each tile; masked_elements is true where the
-// element mask must run (partially masked tiles and key blocks shorter than kBlockN: the one that
-// crosses Sk, document-aligned ones that end at the next block).
+// The query blocks one query head's walk over a key block visits: those in `range` whose tile
+// (kind) is not fully masked, with the element mask where it is partially masked or the key block
+// is shorter than kBlockN (the one that crosses Sk, document-aligned ones that end at the next
+// block).
+template <int kBlockM, int kBlockN>
+struct BwdTileWalk {
+  BlockBounds bounds;
+  int2 range;
+  int32_t n0, n_end, causal_off;
+
+  __device__ __forceinline__ static BwdTileWalk of(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
+                                                   int32_t head_q, const bwd::KeyBlock& kb) {
+    BwdTileWalk w;
+    w.n0 = kb.first;
+    w.n_end = kb.end;
+    w.causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+    w.bounds = bwd::key_block_bounds(p, ws, b, head_q, kb);
+    w.range = bwd::query_block_range(w.bounds, w.n0, p.seqlen_q, p.causal, w.causal_off, kBlockM);
+    return w;
+  }
+  __device__ __forceinline__ TileKind kind(const BwdParams& p, int32_t m) const {
+    return classify_tile(m * kBlockM, min((m + 1) * kBlockM, p.seqlen_q), n0, n_end, bounds, p.causal, causal_off);
+  }
+  // A visited tile's element mask runs (kind(m) != TileKind::kMasked).
+  __device__ __forceinline__ bool masked_elements(TileKind k) const {
+    return k == TileKind::kPartial || n_end - n0 < kBlockN;
+  }
+};
+
+// Calls visit(m_block, masked_elements, partial_index) for each tile of query head `head_q` that is
+// not fully masked, block_mask or not (BwdTileWalk); partial_index numbers the tiles with
+// masked_elements from 0: the order of the mask slice's payloads (bwd_mask_payload.cuh).
+template <int kBlockM, int kBlockN, class Visit>
+__device__ __forceinline__ void for_each_bwd_tile_of_head(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
+                                                          int32_t head_q, const bwd::KeyBlock& kb, Visit&& visit) {
+  const auto walk = BwdTileWalk<kBlockM, kBlockN>::of(p, ws, b, head_q, kb);
+  int32_t partial_index = 0;
+  for (int32_t m = walk.range.x; m < walk.range.y; ++m) {
+    const TileKind kind = walk.kind(p, m);
+    if (kind == TileKind::kMasked) continue;
+    const bool masked = walk.masked_elements(kind);
+    visit(m, masked, partial_index);
+    partial_index += masked;
+  }
+}
+
+// Calls visit(head_q, m_block, masked_elements, partial_index) for each tile the CTA visits: every
+// query head of the GQA group, the tiles block_mask drops left out (for_each_bwd_tile_of_head).
 template <int kBlockM, int kBlockN, class Visit>
 __device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
                                                   int32_t head_k, const bwd::KeyBlock& kb, Visit&& visit) {
   // Document-aligned key blocks never come with a block_mask (key_blocks.cuh).
   static_assert(kBlockMaskSize % kBlockM == 0 && kBlockMaskSize % kBlockN == 0,
                 "a tile must lie inside one block_mask block");
-  const int32_t n0 = kb.first, n_end = kb.end;
   const int32_t group = p.heads_q / p.heads_k;
-  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   for (int32_t head_q = head_k * group; head_q < (head_k + 1) * group; ++head_q) {
-    const BlockBounds bb = bwd::key_block_bounds(p, ws, b, head_q, kb);
-    const int2 range = bwd::query_block_range(bb, n0, p.seqlen_q, p.causal, causal_off, kBlockM);
-    for (int32_t m = range.x; m < range.y; ++m) {
-      if (!p.block_kept(b, head_q, m * kBlockM, n0)) continue;
-      const TileKind kind = classify_tile(m * kBlockM, min((m + 1) * kBlockM, p.seqlen_q), n0, n_end, bb,
-                                          p.causal, causal_off);
-      if (kind == TileKind::kMasked) continue;
-      visit(head_q, m, kind == TileKind::kPartial || n_end - n0 < kBlockN);
-    }
+    for_each_bwd_tile_of_head<kBlockM, kBlockN>(p, ws, b, head_q, kb, [&](int32_t m, bool masked, int32_t partial_index) {
+      if (p.block_kept(b, head_q, m * kBlockM, kb.first)) visit(head_q, m, masked, partial_index);
+    });
   }
 }
 
@@ -45,7 +82,7 @@ struct alignas(16) BwdTile {
   int32_t m_block;  // < 0: the sequence has ended
   int32_t head_q;
   int32_t masked_elements;  // the element mask must run (for_each_bwd_tile's third argument)
-  int32_t unused;
+  int32_t payload_slot;     // masked_elements: its mask payload's slot, or < 0 (bwd_mask_payload.cuh)
   __device__ __forceinline__ bool is_end() const { return m_block < 0; }
 };
 

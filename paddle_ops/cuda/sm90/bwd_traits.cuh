@@ -163,6 +163,9 @@ struct BwdTraits {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kRowVecBytes = kBlockM * sizeof(float);  // LSE or D of one Q tile
+  // A partial tile's mask payload (bwd_mask_payload.cuh): one bit per S^T value of each consumer thread.
+  static constexpr int kPayloadWords = kWGKeys * kBlockM / 128 / 32;
+  static constexpr uint32_t kPayloadBytes = kPayloadWords * kConsumerThreads * sizeof(uint32_t);
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
@@ -179,6 +182,8 @@ struct BwdTraits {
     cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;  // rides on the Q stage
     cute::array_aligned<float, kBlockM * kStages, 16> dpsum;     // rides on the dO stage
     cute::array_aligned<BwdTile, kStages, 16> tiles;             // rides on the Q stage (kTilesFromProducer)
+    // The tile's mask payload, where it has one: rides on the Q stage (kTilesFromProducer).
+    cute::array_aligned<uint32_t, kTilesFromProducer ? kPayloadBytes / 4 * kStages : 4, 128> payload;
     typename Pipeline::SharedStorage pipeline_q;
     typename Pipeline::SharedStorage pipeline_do;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;

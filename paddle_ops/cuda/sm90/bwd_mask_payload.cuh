@@ -1,0 +1,141 @@
+// Mask payloads of the sm90 backward: the element mask of each tile the consumers would mask
+// (for_each_bwd_tile's masked_elements), evaluated once per mask plan into bits in the order of the
+// consumers' S^T accumulators: bit v of word w of consumer thread t (both warpgroups,
+// t < kConsumerThreads) says whether value 32 w + v of its S^T is masked. Word w of thread t of
+// slot s lies at words[(s * kPayloadWords + w) * kConsumerThreads + t], so that the producer brings
+// a tile's payload with its Q stage in one bulk copy and the consumers read it without bank
+// conflicts; a partial tile then costs each consumer thread one shared-memory word per 32 values
+// and a select per value, where evaluating its keys' column intervals took the bounds of every key
+// in registers across all tiles and ~5 integer instructions per value inside the exp2 loop.
+//
+// The tiles depend on the mask slice and the key block only (not on the query head of a shared
+// mask, nor on block_mask, whose dropped tiles keep their numbers: for_each_bwd_tile_of_head), so
+// one CTA per (slice, key block) list numbers its tiles, takes that many consecutive slots from the
+// plan's counter and writes their payloads. Tiles past the plan's slots (lists far above
+// bwd_payload_tiles_per_list() partial tiles on average) evaluate their keys' column bounds.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+#include <cute/tensor.hpp>
+
+#include "flashmask/mask.h"
+#include "../accumulator_view.cuh"
+#include "../bwd_tile_range.cuh"
+#include "../utils.cuh"
+#include "bwd_tiles.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+// The masked rows of each key a consumer thread holds (rows counted from 0; MaskedRows). Keys past
+// the key block's end (Sk, or the next document-aligned block's first key) mask every row.
+template <int kRows, class TC>
+__device__ __forceinline__ void key_masked_rows(MaskedRows (&rows)[kRows], TC const& coord, const BwdParams& p,
+                                                int32_t b, int32_t head_q, int32_t key0, int32_t key_end) {
+  const int32_t* indices = bwd::mask_slice_or_null(p, b, head_q);
+  const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    const int32_t key = key0 + cute::get<0>(coord(i, 0));
+    const ColumnBounds bounds = key < key_end ? load_column_bounds(indices, key, p.mask_form, p.seqlen_q)
+                                              : ColumnBounds{0, INT32_MAX, 0, 0};
+    rows[i] = MaskedRows::of(bounds, key, p.causal, causal_off);
+  }
+}
+
+// The payload of the tile of rows [row0, row0 + kBlockM) from the masked rows of the thread's keys:
+// `coord` the (key, query) view of its S^T coordinates, `value_of` the same view of its S^T
+// accumulator's value indices (both rowcol_view).
+template <int kWords, int kRows, class TC, class TV>
+__device__ __forceinline__ void payload_of_tile(uint32_t (&bits)[kWords], const MaskedRows (&rows)[kRows],
+                                                TC const& coord, TV const& value_of, int32_t row0) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int w = 0; w < kWords; ++w) bits[w] = 0;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    const MaskedRows tile_rows = rows[i].relative_to(row0);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < cute::size<1>(coord); ++j) {
+      const int v = value_of(i, j);
+      bits[v / 32] |= uint32_t(tile_rows.contains(cute::get<1>(coord(i, j)))) << (v % 32);
+    }
+  }
+}
+
+// One CTA of kConsumerThreads per (key block slot, mask slice); thread t plays consumer thread t.
+// The list's query blocks are classified kConsumerThreads at a time (a scan numbers their partial
+// tiles in order), then every thread writes its words of each partial tile of the chunk.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kConsumerThreads)
+    bwd_mask_payload_kernel(BwdParams p, bwd::Workspace ws, int32_t* first_slots, uint32_t* words,
+                            int32_t* next_slot) {
+  using namespace cute;
+  constexpr int kThreads = Traits::kConsumerThreads, kWords = Traits::kPayloadWords;
+  using Scan = cub::BlockScan<int32_t, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ int32_t chunk_tiles[kThreads];  // query blocks of the chunk's partial tiles, in order
+  __shared__ int32_t first;
+  const int32_t slice = blockIdx.y, b = ws.slices.batch_of(slice), head_q = ws.slices.first_head_q(p, slice);
+  const int64_t list = int64_t(slice) * ws.key_block_slots() + blockIdx.x;
+  const bwd::KeyBlock kb = bwd::key_block_of(p, ws, b, blockIdx.x, Traits::kBlockN);
+  const auto walk = BwdTileWalk<Traits::kBlockM, Traits::kBlockN>::of(p, ws, b, head_q, kb);
+  const int2 range = kb.empty() ? make_int2(0, 0) : walk.range;
+  auto partial = [&](int32_t m) {
+    if (m >= range.y) return false;
+    const TileKind kind = walk.kind(p, m);
+    return kind != TileKind::kMasked && walk.masked_elements(kind);
+  };
+
+  int32_t mine = 0, before = 0, count = 0;
+  for (int32_t m = range.x + threadIdx.x; m < range.y; m += kThreads) mine += partial(m);
+  Scan(scan_storage).ExclusiveSum(mine, before, count);  // count: the list's total
+  if (threadIdx.x == 0) {
+    first = count > 0 ? atomicAdd(next_slot, count) : -1;
+    first_slots[list] = first;
+  }
+  __syncthreads();  // first; scan_storage reusable
+  if (first < 0 || first >= ws.payloads.capacity) return;
+
+  const int wg = threadIdx.x / 128, tidx = threadIdx.x % 128;
+  typename Traits::TiledMmaSdP mma_sdp;
+  Tensor coord = rowcol_view(mma_sdp.get_thread_slice(tidx).partition_C(
+      make_identity_tensor(Shape<Int<Traits::kWGKeys>, Int<Traits::kBlockM>>{})));
+  Tensor acc = partition_fragment_C(mma_sdp, Shape<Int<Traits::kWGKeys>, Int<Traits::kBlockM>>{});
+  const auto value_of = acc_rowcol(acc.layout());
+  constexpr int kRows = decltype(size<0>(coord))::value;
+  MaskedRows rows[kRows];
+  key_masked_rows(rows, coord, p, b, head_q, kb.first + wg * Traits::kWGKeys, kb.end);
+  for (int32_t chunk = range.x, slot0 = first; chunk < range.y && slot0 < ws.payloads.capacity; chunk += kThreads) {
+    const int32_t m = chunk + threadIdx.x;
+    const bool is_partial = partial(m);
+    int32_t index = 0, chunk_count = 0;
+    Scan(scan_storage).ExclusiveSum(int32_t(is_partial), index, chunk_count);
+    if (is_partial) chunk_tiles[index] = m;
+    __syncthreads();
+    for (int32_t i = 0; i < chunk_count && slot0 + i < ws.payloads.capacity; ++i) {
+      uint32_t bits[kWords];
+      payload_of_tile(bits, rows, coord, value_of, chunk_tiles[i] * Traits::kBlockM);
+      CUTLASS_PRAGMA_UNROLL
+      for (int w = 0; w < kWords; ++w) words[(int64_t(slot0 + i) * kWords + w) * kThreads + threadIdx.x] = bits[w];
+    }
+    slot0 += chunk_count;
+    __syncthreads();  // chunk_tiles and scan_storage are reused by the next chunk
+  }
+}
+
+template <class Traits>
+void launch_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot,
+                              cudaStream_t stream) {
+  static_assert(Traits::kTilesFromProducer, "payloads ride on the tiles the producer hands over");
+  if (ws.payloads.words_per_tile != Traits::kPayloadWords * Traits::kConsumerThreads)
+    throw std::runtime_error("flashmask build_bwd_mask_payloads: plan laid out for another tile shape");
+  const int32_t slots = ws.key_block_slots(), slices = ws.slices.count();
+  if (slots == 0 || slices == 0) return;
+  FM_CUDA_CHECK(cudaMemsetAsync(next_slot, 0, sizeof(int32_t), stream));
+  bwd_mask_payload_kernel<Traits><<<dim3(unsigned(slots), unsigned(slices)), Traits::kConsumerThreads, 0, stream>>>(
+      p, ws, const_cast<int32_t*>(ws.payloads.first_slot), const_cast<uint32_t*>(ws.payloads.words), next_slot);
+  FM_CHECK_LAUNCH("sm90::bwd_mask_payload_kernel");
+}
+
+}  // namespace sm90
+}  // namespace flashmask
