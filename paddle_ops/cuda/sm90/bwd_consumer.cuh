@@ -7,6 +7,8 @@
 // the end, once per CTA (bwd_epilogue.cuh).
 #pragma once
 
+#include <type_traits>
+
 #include <cutlass/arch/barrier.h>
 
 #include "flashmask/mask.h"
@@ -26,6 +28,10 @@
 
 namespace flashmask {
 namespace sm90 {
+
+// Where a visited tile's element mask comes from: none (fully visible), its payload in the Q stage
+// (bwd_mask_payload.cuh), or its keys' column bounds (tiles past the plan's payload slots, D = 256).
+enum class TileMask { kNone, kPayload, kBounds };
 
 // kWriteDq = false (deterministic mode): dK and dV only; dQ comes from the portable deterministic
 // kernel afterwards.
@@ -144,10 +150,11 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
   };
   BwdTile next_tile{};  // kNextStUnderDk: the tile after the one being visited
-  // One tile; kMasked compiles the element mask in (partial tiles, the key block crossing Sk).
-  // Inlined also where dropout makes it long: an out-of-line body keeps the accumulators in local memory.
-  // payload_slot: the tile's mask payload is in its Q stage (>= 0; bwd_mask_payload.cuh).
-  auto visit = [&](int32_t head_q, int32_t m, int32_t payload_slot, auto kMasked) __attribute__((always_inline)) {
+  // One tile; kMask says where its element mask comes from (TileMask: partial tiles and the key
+  // blocks shorter than kBlockN have one). Inlined also where dropout makes it long: an out-of-line
+  // body keeps the accumulators in local memory.
+  auto visit = [&](int32_t head_q, int32_t m, auto kMask) __attribute__((always_inline)) {
+    constexpr TileMask kMaskFrom = decltype(kMask)::value;
     if (!kv_ready) {
       smem.barrier_kv.wait(0);
       kv_ready = true;
@@ -165,14 +172,11 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     pipeline_do.consumer_wait(read);
     wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
 
-    // Partial tiles: which S^T values are masked, one bit each in accumulator order, from the tile's
-    // payload or, past the plan's payload slots, from its keys' column bounds. (That choice, a
-    // branch with S^T in flight, makes ptxas wait for each CTA's first S^T before its first dP^T;
-    // one loop per choice, chosen per CTA, spilled in the payload loop.)
+    // Which S^T values are masked, one bit each in accumulator order.
     const auto value_of = acc_rowcol(acc_s.layout());
     [[maybe_unused]] uint32_t mask_bits[Traits::kPayloadWords];
-    if constexpr (decltype(kMasked)::value) {
-      if (Traits::kTilesFromProducer && payload_slot >= 0) {
+    if constexpr (kMaskFrom != TileMask::kNone) {
+      if constexpr (kMaskFrom == TileMask::kPayload) {
         const uint32_t* words = smem.payload.data() + stage * (Traits::kPayloadBytes / 4);
         CUTLASS_PRAGMA_UNROLL
         for (int w = 0; w < Traits::kPayloadWords; ++w)
@@ -197,7 +201,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kRows; ++i) {
         const float prob = exp2_approx(s(i, j) * kp.scale_log2 - lse);
-        if constexpr (decltype(kMasked)::value) {
+        if constexpr (kMaskFrom != TileMask::kNone) {
           const int v = value_of(i, j);
           s(i, j) = (mask_bits[v / 32] >> (v % 32)) & 1u ? 0.f : prob;
         } else {
@@ -290,9 +294,15 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     ++read;
     ds_buffer ^= 1;
   };
+  // The mask's source is chosen per tile here, not inside the visit: a branch there, with S^T in
+  // flight, made ptxas issue the masked tiles' exp2 only after dP^T had retired (2 of 32 before its
+  // wait, against 25-28 here). Either way ptxas waits for each CTA's first S^T before its first
+  // dP^T (C7517); one loop per source, chosen per CTA, spilled in the payload loop.
   auto visit_kind = [&](int32_t head_q, int32_t m, bool masked, int32_t payload_slot) __attribute__((always_inline)) {
-    if (masked) visit(head_q, m, payload_slot, cute::true_type{});
-    else visit(head_q, m, payload_slot, cute::false_type{});
+    using M = TileMask;
+    if (!masked) visit(head_q, m, std::integral_constant<M, M::kNone>{});
+    else if (Traits::kTilesFromProducer && payload_slot >= 0) visit(head_q, m, std::integral_constant<M, M::kPayload>{});
+    else visit(head_q, m, std::integral_constant<M, M::kBounds>{});
   };
   if constexpr (kNextStUnderDk) {
     // As below, with each tile's S^T issued before its visit. The loop sits inside the branch: an
