@@ -44,8 +44,8 @@ __device__ __forceinline__ void key_masked_rows(MaskedRows (&rows)[kRows], TC co
 }
 
 // The payload of the tile of rows [row0, row0 + kBlockM) from the masked rows of the thread's keys:
-// `coord` the (key, query) view of its S^T coordinates, `value_of` the same view of its S^T
-// accumulator's value indices (both rowcol_view).
+// `coord` the (key, query) view of its S^T coordinates (rowcol_view), `value_of` the (key, query)
+// layout of its S^T accumulator (acc_rowcol), whose values are the bits' indices.
 template <int kWords, int kRows, class TC, class TV>
 __device__ __forceinline__ void payload_of_tile(uint32_t (&bits)[kWords], const MaskedRows (&rows)[kRows],
                                                 TC const& coord, TV const& value_of, int32_t row0) {
@@ -78,8 +78,12 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   const int32_t slice = blockIdx.y, b = ws.slices.batch_of(slice), head_q = ws.slices.first_head_q(p, slice);
   const int64_t list = int64_t(slice) * ws.key_block_slots() + blockIdx.x;
   const bwd::KeyBlock kb = bwd::key_block_of(p, ws, b, blockIdx.x, Traits::kBlockN);
+  if (kb.empty()) {  // a document-aligned slot this batch row does not use
+    if (threadIdx.x == 0) first_slots[list] = -1;
+    return;
+  }
   const auto walk = BwdTileWalk<Traits::kBlockM, Traits::kBlockN>::of(p, ws, b, head_q, kb);
-  const int2 range = kb.empty() ? make_int2(0, 0) : walk.range;
+  const int2 range = walk.range;
   auto partial = [&](int32_t m) {
     if (m >= range.y) return false;
     const TileKind kind = walk.kind(p, m);
