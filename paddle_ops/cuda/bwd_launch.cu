@@ -111,7 +111,7 @@ void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t strea
   bwd::Workspace carved;
   carved.n_blocks = int32_t((params.seqlen_k + layout.block_n - 1) / layout.block_n);
   carved.slices = MaskSlices::of(params);
-  int32_t* next_payload_slot = layout.carve(params, plan, &carved);
+  uint64_t* next_payload_slot = layout.carve(params, plan, &carved);
   launch_block_bounds(params, layout.block_n, const_cast<BlockBounds*>(carved.bounds), stream);
   if (layout.document_blocks)
     build_document_key_blocks(params, layout.block_n, const_cast<int2*>(carved.key_blocks.ranges), stream);

@@ -79,10 +79,11 @@ struct PlanLayout {
     return int32_t(std::min<int64_t>(payload_lists(p) * payload_tiles_per_list, INT32_MAX / 2));
   }
   int32_t payload_words_per_tile() const { return payload_tile_rows * block_n / 32; }
-  // The slot counter the payload builder allocates from, the lists' first slots, the words.
+  // The slot counter the payload builder allocates from (64 bits: the lists' requests may sum past
+  // 2^31 where the pool is far too small), the lists' first slots, the words.
   size_t payload_bytes(const BwdParams& p) const {
     if (payload_tiles_per_list == 0) return 0;
-    return align256(sizeof(int32_t)) + align256(sizeof(int32_t) * payload_lists(p)) +
+    return align256(sizeof(uint64_t)) + align256(sizeof(int32_t) * payload_lists(p)) +
            align256(sizeof(uint32_t) * size_t(payload_capacity(p)) * payload_words_per_tile());
   }
   size_t bytes(const BwdParams& p) const {
@@ -91,7 +92,7 @@ struct PlanLayout {
   }
   // Points the workspace's plan fields into `base` (bytes(p) bytes); returns the payload builder's
   // slot counter (nullptr without payloads).
-  int32_t* carve(const BwdParams& p, const void* base, Workspace* ws) const {
+  uint64_t* carve(const BwdParams& p, const void* base, Workspace* ws) const {
     const char* at = static_cast<const char*>(base);
     ws->bounds = reinterpret_cast<const BlockBounds*>(at);
     at += align256(block_bounds_bytes(p, block_n));
@@ -100,8 +101,8 @@ struct PlanLayout {
       at += document_key_blocks_bytes(p, block_n);
     }
     if (payload_tiles_per_list == 0) return nullptr;
-    int32_t* next_slot = reinterpret_cast<int32_t*>(const_cast<char*>(at));
-    at += align256(sizeof(int32_t));
+    uint64_t* next_slot = reinterpret_cast<uint64_t*>(const_cast<char*>(at));
+    at += align256(sizeof(uint64_t));
     ws->payloads.first_slot = reinterpret_cast<const int32_t*>(at);
     at += align256(sizeof(int32_t) * payload_lists(p));
     ws->payloads.words = reinterpret_cast<const uint32_t*>(at);

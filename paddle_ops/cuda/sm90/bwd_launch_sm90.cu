@@ -50,7 +50,7 @@ int32_t sm90::bwd_payload_tiles_per_list() {
   return 8;
 }
 
-void sm90::build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot,
+void sm90::build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,
                                    cudaStream_t stream) {
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "build_bwd_mask_payloads", [&](auto e, auto d) {
     sm90::build_bwd_mask_payloads_for<decltype(e), decltype(d)::value>(p, ws, next_slot, stream);

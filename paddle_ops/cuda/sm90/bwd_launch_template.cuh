@@ -72,7 +72,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
 }
 
 template <typename Element, int kHeadDim>
-void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot,
+void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,
                                  cudaStream_t stream) {
   if constexpr (BwdTraits<Element, kHeadDim>::kTilesFromProducer) {
     // In the shape of the kernel the call runs (run_bwd_sm90_kernels).
@@ -99,7 +99,7 @@ bool bwd_sm90_kernel_built() {
 #define FM_SM90_BWD_INSTANTIATE(T, D)                                                                  \
   template void run_bwd_sm90_kernels<T, D>(const BwdParams&, const bwd::Workspace&, cudaStream_t); \
   template bool bwd_sm90_kernel_built<T, D>();                                                      \
-  template void build_bwd_mask_payloads_for<T, D>(const BwdParams&, const bwd::Workspace&, int32_t*, cudaStream_t);
+  template void build_bwd_mask_payloads_for<T, D>(const BwdParams&, const bwd::Workspace&, uint64_t*, cudaStream_t);
 
 }  // namespace sm90
 }  // namespace flashmask

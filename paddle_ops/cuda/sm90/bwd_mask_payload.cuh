@@ -68,7 +68,7 @@ __device__ __forceinline__ void payload_of_tile(uint32_t (&bits)[kWords], const 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads)
     bwd_mask_payload_kernel(BwdParams p, bwd::Workspace ws, int32_t* first_slots, uint32_t* words,
-                            int32_t* next_slot) {
+                            uint64_t* next_slot) {
   using namespace cute;
   constexpr int kThreads = Traits::kConsumerThreads, kWords = Traits::kPayloadWords;
   using Scan = cub::BlockScan<int32_t, kThreads>;
@@ -94,11 +94,14 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   for (int32_t m = range.x + threadIdx.x; m < range.y; m += kThreads) mine += partial(m);
   Scan(scan_storage).ExclusiveSum(mine, before, count);  // count: the list's total
   if (threadIdx.x == 0) {
-    first = count > 0 ? atomicAdd(next_slot, count) : -1;
+    const uint64_t taken = count > 0 ? atomicAdd(reinterpret_cast<unsigned long long*>(next_slot),
+                                                 static_cast<unsigned long long>(count))
+                                     : uint64_t(ws.payloads.capacity);
+    first = taken < uint64_t(ws.payloads.capacity) ? int32_t(taken) : -1;  // else no slot left
     first_slots[list] = first;
   }
   __syncthreads();  // first; scan_storage reusable
-  if (first < 0 || first >= ws.payloads.capacity) return;
+  if (first < 0) return;
 
   const int wg = threadIdx.x / 128, tidx = threadIdx.x % 128;
   typename Traits::TiledMmaSdP mma_sdp;
@@ -128,14 +131,14 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
 }
 
 template <class Traits>
-void launch_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot,
+void launch_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,
                               cudaStream_t stream) {
   static_assert(Traits::kTilesFromProducer, "payloads ride on the tiles the producer hands over");
   if (ws.payloads.words_per_tile != Traits::kPayloadWords * Traits::kConsumerThreads)
     throw std::runtime_error("flashmask build_bwd_mask_payloads: plan laid out for another tile shape");
   const int32_t slots = ws.key_block_slots(), slices = ws.slices.count();
   if (slots == 0 || slices == 0) return;
-  FM_CUDA_CHECK(cudaMemsetAsync(next_slot, 0, sizeof(int32_t), stream));
+  FM_CUDA_CHECK(cudaMemsetAsync(next_slot, 0, sizeof(uint64_t), stream));
   bwd_mask_payload_kernel<Traits><<<dim3(unsigned(slots), unsigned(slices)), Traits::kConsumerThreads, 0, stream>>>(
       p, ws, const_cast<int32_t*>(ws.payloads.first_slot), const_cast<uint32_t*>(ws.payloads.words), next_slot);
   FM_CHECK_LAUNCH("sm90::bwd_mask_payload_kernel");

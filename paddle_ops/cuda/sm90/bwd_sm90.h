@@ -32,7 +32,7 @@ int32_t bwd_payload_tile_rows(const BwdParams& p);
 int32_t bwd_payload_tiles_per_list();
 // Writes the payloads of the plan carved into `ws` (its bounds and key blocks built before it on
 // `stream`); next_slot: the plan's slot counter (PlanLayout::carve).
-void build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot, cudaStream_t stream);
+void build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot, cudaStream_t stream);
 
 // One instantiation per (dtype, head dim), each in its own bwd_hdim*_sm90.cu: block bounds at the
 // kernel's key block, the main kernel and the dQ conversion (after the shared row preprocessing).
@@ -41,7 +41,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
 template <typename Element, int kHeadDim>
 bool bwd_sm90_kernel_built();
 template <typename Element, int kHeadDim>
-void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, int32_t* next_slot, cudaStream_t stream);
+void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot, cudaStream_t stream);
 }  // namespace sm90
 
 }  // namespace flashmask
