@@ -63,9 +63,9 @@ VARIABLES = (
              "slice); tuning.",
              "paddle_ops/cuda/bwd_launch.cu"),
     Variable("FLASHMASK_SM90_BWD_PAYLOAD_TILES", "8",
-             "Mask-payload slots per (mask slice, key block) list of the Hopper backward's mask plan "
-             "(partial tiles past the pooled slots evaluate column bounds); 0 turns payloads off "
-             "(tuning and tests).",
+             "Mask-payload slots per (mask slice, key block) list of the Hopper backward's mask plan, "
+             "pooled over the lists (the payloads of partial tiles past them are written inside the "
+             "kernel); 0: a plan without payloads (tuning and tests).",
              "paddle_ops/cuda/sm90/bwd_launch_sm90.cu"),
     Variable("FLASHMASK_BWD_DOCUMENT_BLOCKS", "(auto)",
              "Key blocks of the Hopper backward restarting at packed documents' starts (index masks, "

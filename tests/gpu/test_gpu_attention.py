@@ -138,15 +138,26 @@ def test_partial_tiles_with_and_without_mask_payloads(form, block_m, tiles, monk
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2), (False, 4)], ids=form_id)
 def test_backward_partial_tiles_with_and_without_mask_payloads(form, head_dim, tiles, plan, monkeypatch):
-    """The Hopper backward masks a partial tile from its payload while the mask plan's slots last
-    (FLASHMASK_SM90_BWD_PAYLOAD_TILES per (mask slice, key block) list, pooled) and from its keys'
-    column bounds after them: 0 slots (bounds only), 1 (both kinds in one call) and the default 8,
-    at both step heights (64 query rows at D = 128, 128 at D = 64), with GQA, mask heads = Hk and
-    Sq != Sk; the plan cached by the binding or built inside each call (FLASHMASK_MASK_PLAN=0)."""
+    """The Hopper backward masks a partial tile from the mask plan's payload while its slots last
+    (FLASHMASK_SM90_BWD_PAYLOAD_TILES per (mask slice, key block) list, pooled) and from the payload
+    writer warp's after them: 0 slots (every masked tile from the writer), 1 (both in one call) and
+    the default 8, at both step heights (64 query rows at D = 128, 128 at D = 64), with GQA, mask
+    heads = Hk and Sq != Sk; the plan cached by the binding or built inside each call
+    (FLASHMASK_MASK_PLAN=0)."""
     monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", tiles)
     monkeypatch.setenv("FLASHMASK_MASK_PLAN", plan)
     check(fuzzed_case(form, seed_offset=1500 + int(tiles) + head_dim, batch=2, seqlen_q=777, seqlen_k=650, heads_q=4,
                       heads_k=2, mask_heads=2, head_dim=head_dim))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("form", [(True, 2), (False, 2), (False, 4)], ids=form_id)
+def test_deterministic_backward_with_payloads_from_the_writer(form, head_dim, monkeypatch):
+    """The deterministic backward (dK and dV from the Hopper kernel without its dQ part) with every
+    masked tile's payload written in the kernel (a plan with 0 slots)."""
+    monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", "0")
+    check(fuzzed_case(form, seed_offset=1600 + head_dim, batch=2, seqlen_q=541, seqlen_k=600, heads_q=4,
+                      heads_k=2, mask_heads=2, head_dim=head_dim, deterministic=True))
 
 
 @pytest.mark.parametrize("tiles", ["1", "8"])

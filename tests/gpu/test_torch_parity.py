@@ -139,17 +139,21 @@ def test_cuda_dropout_keeps_exactly_the_philox_pattern(monkeypatch, path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("path", ["sm80", "sm90"])
+@pytest.mark.parametrize("path,payload_tiles", [("sm80", "8"), ("sm90", "8"), ("sm90", "0")])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
 @pytest.mark.parametrize("dims", [(64, 64), (128, 128), (256, 256), (96, 40)], ids=lambda d: f"D{d[0]}-Dv{d[1]}")
 @pytest.mark.parametrize("form", [(True, 1), (False, 4)])
-def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, deterministic, path, monkeypatch):
+def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, deterministic, path, payload_tiles,
+                                                               monkeypatch):
     """Forward and gradients with dropout on CUDA against fp64 with the same keep mask (Z = keep /
     (1 - p)): every head-dim instantiation and a padded one with Dv != D, GQA, Sq != Sk, masks with
-    partial tiles, both dQ modes, each path forced (deterministic dropout backward: portable)."""
+    partial tiles, both dQ modes, each path forced (deterministic dropout backward: portable); the
+    Hopper backward's partial tiles masked from the plan's payloads and, with 0 slots, from the
+    payload writer's."""
     from philox_numpy import keep_mask
 
     monkeypatch.setenv("FLASHMASK_FORCE_PATH", path)
+    monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", payload_tiles)
 
     rng = np.random.default_rng(SEED + dims[0] + dims[1])
     (d, dv), (b, sq, sk, hq, hk, p) = dims, (2, 157, 211, 4, 2, 0.2)
@@ -162,7 +166,8 @@ def test_cuda_dropout_matches_reference_with_the_same_keep_mask(form, dims, dete
     z = keep_mask(seed, offset, b, hq, sq, sk, pf) / (1 - pf)
     visible = reference.visible_pairs(idx, form[0], sq, sk)
     bad = failures(compare(got, _reference(q, k, v, dout, visible, got[0], dropout_scale=z)))
-    assert not bad, f"form={form} dims={dims} deterministic={deterministic} path={path} seed={SEED}: {bad}"
+    assert not bad, (f"form={form} dims={dims} deterministic={deterministic} path={path} "
+                     f"payload_tiles={payload_tiles} seed={SEED}: {bad}")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

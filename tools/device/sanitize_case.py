@@ -4,10 +4,10 @@
 
 Short odd lengths, every (causal, C) form, GQA, Sq != Sk, a fully masked stretch, both dtypes, the
 deterministic backward, padded head dims with Dv != D, dropout, the backward's mask payloads running
-out (one slot per list) and one row longer than 64K tokens (the forward's tile order for long rows):
-each edge path of the kernels runs at least once. Every case is also checked against the fp64
-reference (dropout: with the same Philox keep mask), so the script proves the kernels ran (exit 1
-otherwise).
+out (one slot per list; none, with dropout) and one row longer than 64K tokens (the forward's tile
+order for long rows): each edge path of the kernels runs at least once. Every case is also checked
+against the fp64 reference (dropout: with the same Philox keep mask), so the script proves the
+kernels ran (exit 1 otherwise).
 """
 from __future__ import annotations
 
@@ -103,21 +103,25 @@ def dropout_cases():
                    seed=300 + i, deterministic=i == 1)
 
 
-def check_one_payload_slot(case: Case) -> dict:
-    """`case` with one backward mask-payload slot per (mask slice, key block) list: partial tiles
-    masked from payloads and from column bounds in one CTA."""
-    os.environ["FLASHMASK_SM90_BWD_PAYLOAD_TILES"] = "1"
-    try:
-        return check(case)
-    finally:
-        del os.environ["FLASHMASK_SM90_BWD_PAYLOAD_TILES"]
+def with_payload_slots(run, slots: int):
+    """`run` with `slots` backward mask-payload slots per (mask slice, key block) list: with 1,
+    partial tiles masked from the plan's payloads and from the payload writer warp's in one CTA;
+    with 0, every masked tile from the writer's."""
+    def run_with_slots(case: Case) -> dict:
+        os.environ["FLASHMASK_SM90_BWD_PAYLOAD_TILES"] = str(slots)
+        try:
+            return run(case)
+        finally:
+            del os.environ["FLASHMASK_SM90_BWD_PAYLOAD_TILES"]
+    return run_with_slots
 
 
 def one_payload_slot_cases():
     rng = np.random.default_rng(5678)
     for i, (d, form) in enumerate([(128, FORMS[3]), (64, FORMS[5])]):
         yield Case(batch=2, seqlen_q=333, seqlen_k=290, heads_q=4, heads_k=2, head_dim=d, dtype="bf16",
-                   causal=form[0], indices=random_bounds(rng, form, 2, 2, 333, 290), seed=500 + i)
+                   causal=form[0], indices=random_bounds(rng, form, 2, 2, 333, 290), seed=500 + i,
+                   deterministic=i == 1)
 
 
 def check_long_row(case: Case) -> dict:
@@ -134,7 +138,8 @@ def main() -> int:
     long_row = Case(batch=1, seqlen_q=65536 + 333, seqlen_k=65536 + 333, heads_q=2, heads_k=1, head_dim=128,
                     dtype="bf16", causal=True, seed=400)
     runs = ([(check, c) for c in cases()] + [(check_dropout, c) for c in dropout_cases()] +
-            [(check_one_payload_slot, c) for c in one_payload_slot_cases()] + [(check_long_row, long_row)])
+            [(with_payload_slots(check, 1), c) for c in one_payload_slot_cases()] +
+            [(with_payload_slots(check_dropout, 0), next(dropout_cases()))] + [(check_long_row, long_row)])
     for run, case in runs:
         t0 = time.time()
         try:

@@ -30,7 +30,9 @@ namespace flashmask {
 namespace sm90 {
 
 // Where a visited tile's element mask comes from: none (fully visible), its payload in the Q stage
-// (bwd_mask_payload.cuh), or its keys' column bounds (tiles past the plan's payload slots, D = 256).
+// (D <= 128: from the mask plan, bwd_mask_payload.cuh, or the payload writer warp,
+// bwd_payload_writer.cuh), or its keys' column bounds (D = 256, whose warps walk the tiles
+// themselves).
 enum class TileMask { kNone, kPayload, kBounds };
 
 // kWriteDq = false (deterministic mode): dK and dV only; dQ comes from the portable deterministic
@@ -296,13 +298,13 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   };
   // The mask's source is chosen per tile here, not inside the visit: a branch there, with S^T in
   // flight, made ptxas issue the masked tiles' exp2 only after dP^T had retired (2 of 32 before its
-  // wait, against 25-28 here). Either way ptxas waits for each CTA's first S^T before its first
-  // dP^T (C7517); one loop per source, chosen per CTA, spilled in the payload loop.
-  auto visit_kind = [&](int32_t head_q, int32_t m, bool masked, int32_t payload_slot) __attribute__((always_inline)) {
+  // wait, against 25-28 here). Every masked tile of a kernel whose producer hands over the tiles has
+  // its payload: a bounds test anywhere in this loop made ptxas wait for each CTA's first S^T before
+  // its first dP^T (C7517) and lengthened the kernel by ~1000 instructions (bf16, D = 128).
+  auto visit_kind = [&](int32_t head_q, int32_t m, bool masked) __attribute__((always_inline)) {
     using M = TileMask;
     if (!masked) visit(head_q, m, std::integral_constant<M, M::kNone>{});
-    else if (Traits::kTilesFromProducer && payload_slot >= 0) visit(head_q, m, std::integral_constant<M, M::kPayload>{});
-    else visit(head_q, m, std::integral_constant<M, M::kBounds>{});
+    else visit(head_q, m, std::integral_constant<M, Traits::kTilesFromProducer ? M::kPayload : M::kBounds>{});
   };
   if constexpr (kNextStUnderDk) {
     // As below, with each tile's S^T issued before its visit. The loop sits inside the branch: an
@@ -315,7 +317,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       issue_st(read.index());
       do {
         const BwdTile tile = next_tile;
-        visit_kind(tile.head_q, tile.m_block, tile.masked_elements, tile.payload_slot);
+        visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
       } while (!next_tile.is_end());
     }
   } else if constexpr (Traits::kTilesFromProducer) {
@@ -324,12 +326,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       pipeline_q.consumer_wait(read);
       const BwdTile tile = smem.tiles[read.index()];
       if (tile.is_end()) break;
-      visit_kind(tile.head_q, tile.m_block, tile.masked_elements, tile.payload_slot);
+      visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
     }
   } else {
     // No payloads here (the warps walk the tiles themselves): every partial tile evaluates its bounds.
     for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t) {
-      visit_kind(head_q, m, masked, -1);
+      visit_kind(head_q, m, masked);
     });
   }
 

@@ -3,13 +3,15 @@
 // warpgroup (TMA) and one or two consumer warpgroups (wgmma), register budgets moved with setmaxnreg.
 // The CTA visits only the tiles of its key block that are not fully masked (bwd_tiles.cuh).
 // kWriteDq = false (deterministic mode) leaves dQ to the portable deterministic kernel. Where the
-// shape allows (Traits::kCanWriteDqUnderDk), warp 1 of the producer warpgroup writes dQ
-// (bwd_dq_writer.cuh).
+// shape allows (Traits::kCanWriteDqUnderDk), warps 1 and 2 of the producer warpgroup write dQ
+// (bwd_dq_writer.cuh); where the producer hands over the tiles, warp 3 writes the mask payloads the
+// plan has no slot for (bwd_payload_writer.cuh).
 #pragma once
 
 #include "bwd_consumer.cuh"
 #include "copy.cuh"
 #include "bwd_params.cuh"
+#include "bwd_payload_writer.cuh"
 #include "bwd_producer.cuh"
 #include "bwd_traits.cuh"
 
@@ -50,9 +52,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) produce_bwd_tiles<Traits>(kp, smem, pipeline_q, pipeline_do, kb, head_k, b);
+    const int warp = threadIdx.x / 32;
     if constexpr (kWriteDq && Traits::kCanWriteDqUnderDk) {
-      const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= Traits::kConsumerWGs) write_dq<Traits>(kp, smem, kb, head_k, b, warp - 1);
+    }
+    if constexpr (Traits::kTilesFromProducer) {
+      if (warp == Traits::kPayloadWriterWarp) write_missing_payloads<Traits>(kp, smem, pipeline_q, kb, head_k, b);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();

@@ -12,7 +12,8 @@
 // mask, nor on block_mask, whose dropped tiles keep their numbers: for_each_bwd_tile_of_head), so
 // one CTA per (slice, key block) list numbers its tiles, takes that many consecutive slots from the
 // plan's counter and writes their payloads. Tiles past the plan's slots (lists far above
-// bwd_payload_tiles_per_list() partial tiles on average) evaluate their keys' column bounds.
+// bwd_payload_tiles_per_list() partial tiles on average, or a plan without payloads) get theirs in
+// the kernel, from the payload writer warp (bwd_payload_writer.cuh).
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -62,6 +63,57 @@ __device__ __forceinline__ void payload_of_tile(uint32_t (&bits)[kWords], const 
   }
 }
 
+// A consumer thread's S^T as its payload sees it: the (key, query) tile coordinates of its values
+// (rowcol_view of the accumulator's partition) and their indices in the accumulator, the bits' order.
+template <class Traits>
+__device__ __forceinline__ auto st_coord(int tidx) {
+  typename Traits::TiledMmaSdP mma;
+  return rowcol_view(mma.get_thread_slice(tidx).partition_C(
+      cute::make_identity_tensor(cute::Shape<cute::Int<Traits::kWGKeys>, cute::Int<Traits::kBlockM>>{})));
+}
+template <class Traits>
+__device__ __forceinline__ auto st_value_of() {
+  typename Traits::TiledMmaSdP mma;
+  return acc_rowcol(
+      partition_fragment_C(mma, cute::Shape<cute::Int<Traits::kWGKeys>, cute::Int<Traits::kBlockM>>{}).layout());
+}
+
+// The payload slot of each tile with masked_elements, in for_each_bwd_tile's order: the list's first
+// slot (read once per query head) plus the tile's partial_index, or -1 past the plan's slots. The
+// producer and the payload writer warp call it on the same walk, so they agree on every tile.
+struct BwdPayloadSlots {
+  int32_t head_q = -1, first = -1;
+
+  // The first slot of the (mask slice, key block) list of query head `head_q`, or -1 (none left).
+  __device__ __forceinline__ static int32_t first_of(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
+                                                     int32_t head_q, const bwd::KeyBlock& kb) {
+    return ws.payloads.first_slot[int64_t(ws.slices.index(p, b, head_q)) * ws.key_block_slots() + kb.index];
+  }
+  __device__ __forceinline__ int32_t of(const BwdParams& p, const bwd::Workspace& ws, int32_t b, int32_t head_q,
+                                        const bwd::KeyBlock& kb, int32_t partial_index) {
+    if (ws.payloads.first_slot == nullptr) return -1;
+    if (head_q != this->head_q) {
+      this->head_q = head_q;
+      first = first_of(p, ws, b, head_q, kb);
+    }
+    return first >= 0 && first + partial_index < ws.payloads.capacity ? first + partial_index : -1;
+  }
+  // Whether every masked tile of the CTA (all query heads of KV head head_k) has a slot: each list
+  // has room for one tile per query block of its range, at least its partial tiles.
+  template <int kBlockM, int kBlockN>
+  __device__ __forceinline__ static bool cover_cta(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
+                                                   int32_t head_k, const bwd::KeyBlock& kb) {
+    if (ws.payloads.first_slot == nullptr) return false;
+    const int32_t group = p.heads_q / p.heads_k;
+    for (int32_t head_q = head_k * group; head_q < (head_k + 1) * group; ++head_q) {
+      const int2 range = BwdTileWalk<kBlockM, kBlockN>::of(p, ws, b, head_q, kb).range;
+      const int32_t first = first_of(p, ws, b, head_q, kb);
+      if (first < 0 || int64_t(first) + max(range.y - range.x, 0) > ws.payloads.capacity) return false;
+    }
+    return true;
+  }
+};
+
 // One CTA of kConsumerThreads per (key block slot, mask slice); thread t plays consumer thread t.
 // The list's query blocks are classified kConsumerThreads at a time (a scan numbers their partial
 // tiles in order), then every thread writes its words of each partial tile of the chunk.
@@ -103,15 +155,10 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   __syncthreads();  // first; scan_storage reusable
   if (first < 0) return;
 
-  const int wg = threadIdx.x / 128, tidx = threadIdx.x % 128;
-  typename Traits::TiledMmaSdP mma_sdp;
-  Tensor coord = rowcol_view(mma_sdp.get_thread_slice(tidx).partition_C(
-      make_identity_tensor(Shape<Int<Traits::kWGKeys>, Int<Traits::kBlockM>>{})));
-  Tensor acc = partition_fragment_C(mma_sdp, Shape<Int<Traits::kWGKeys>, Int<Traits::kBlockM>>{});
-  const auto value_of = acc_rowcol(acc.layout());
-  constexpr int kRows = decltype(size<0>(coord))::value;
-  MaskedRows rows[kRows];
-  key_masked_rows(rows, coord, p, b, head_q, kb.first + wg * Traits::kWGKeys, kb.end);
+  const auto coord = st_coord<Traits>(threadIdx.x % 128);
+  const auto value_of = st_value_of<Traits>();
+  MaskedRows rows[decltype(size<0>(coord))::value];
+  key_masked_rows(rows, coord, p, b, head_q, kb.first + threadIdx.x / 128 * Traits::kWGKeys, kb.end);
   for (int32_t chunk = range.x, slot0 = first; chunk < range.y && slot0 < ws.payloads.capacity; chunk += kThreads) {
     const int32_t m = chunk + threadIdx.x;
     const bool is_partial = partial(m);

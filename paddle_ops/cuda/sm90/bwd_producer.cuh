@@ -1,10 +1,11 @@
 // The producer of the sm90 backward: one thread walks the CTA's tiles and issues every load. K and V
 // of the CTA's key block once (their own transaction barrier, at the first visible tile), then for
-// each tile the tile itself (BwdTile), Q with its LSE row vector and dO with its D row vector into
-// the kStages-deep rings, finally an end-of-sequence tile; the consumers release a stage once the
-// wgmmas that read it have retired.
+// each tile the tile itself (BwdTile) and its mask payload where the plan has one (D <= 128), Q with
+// its LSE row vector and dO with its D row vector into the kStages-deep rings, finally an
+// end-of-sequence tile; the consumers release a stage once the wgmmas that read it have retired.
 #pragma once
 
+#include "bwd_mask_payload.cuh"
 #include "bwd_params.cuh"
 #include "bwd_tiles.cuh"
 #include "bwd_traits.cuh"
@@ -44,15 +45,13 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
 
   bool kv_issued = false;
   auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
-  // The tile rides on its Q stage: written once the stage is free, before the arrive that the
-  // consumers' wait acquires.
-  auto publish = [&](const BwdTile& tile) {
+  // Until the consumers have released the stage; the arrive is separate (below, or the payload
+  // writer's).
+  auto wait_until_free = [&] {
     while (pipeline_q.producer_try_acquire(write) != cutlass::BarrierStatus::WaitDone) {
     }
-    smem.tiles[write.index()] = tile;
   };
-  // The first mask payload slot of the head's (mask slice, key block) list (bwd_mask_payload.cuh).
-  int32_t payload_head = -1, first_payload_slot = -1;
+  BwdPayloadSlots payload_slots;
   for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked,
                                                                 int32_t partial_index) {
     if (!kv_issued) {  // only CTAs with a visible tile load K and V (no load may outlive the CTA)
@@ -70,29 +69,28 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * kBlockM;
     const int stage = write.index();
 
-    // Expects the Q bytes; the LSE bytes and the payload's are added before any copy.
     if constexpr (Traits::kTilesFromProducer) {
-      int32_t payload_slot = -1;
-      if (masked && ws.payloads.first_slot != nullptr) {
-        if (head_q != payload_head) {
-          payload_head = head_q;
-          first_payload_slot = ws.payloads.first_slot[int64_t(ws.slices.index(p, b, head_q)) * ws.key_block_slots() + kb.index];
+      // The tile rides on its Q stage: written once the stage is free, before the arrive that the
+      // consumers' wait acquires. A masked tile without a payload slot is the payload writer's
+      // (bwd_payload_writer.cuh): it writes the tile and its payload into the stage and makes the
+      // stage's arrival, expecting the bytes of the copies below.
+      const int32_t payload_slot = masked ? payload_slots.of(p, ws, b, head_q, kb, partial_index) : -1;
+      wait_until_free();
+      if (!masked || payload_slot >= 0) {
+        smem.tiles[stage] = BwdTile{m, head_q, masked};
+        pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});  // expects the Q bytes
+        pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
+        if (payload_slot >= 0) {
+          pipeline_q.producer_expect_transaction(write, Traits::kPayloadBytes);
+          bulk_copy_g2s(smem.payload.data() + stage * (Traits::kPayloadBytes / 4),
+                        ws.payloads.words + int64_t(payload_slot) * (Traits::kPayloadBytes / 4), Traits::kPayloadBytes,
+                        pipeline_q.producer_get_barrier(write));
         }
-        if (first_payload_slot >= 0 && first_payload_slot + partial_index < ws.payloads.capacity)
-          payload_slot = first_payload_slot + partial_index;
-      }
-      publish(BwdTile{m, head_q, masked, payload_slot});
-      pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});  // publish waited
-      if (payload_slot >= 0) {
-        pipeline_q.producer_expect_transaction(write, Traits::kPayloadBytes);
-        bulk_copy_g2s(smem.payload.data() + stage * (Traits::kPayloadBytes / 4),
-                      ws.payloads.words + int64_t(payload_slot) * (Traits::kPayloadBytes / 4), Traits::kPayloadBytes,
-                      pipeline_q.producer_get_barrier(write));
       }
     } else {
       pipeline_q.producer_acquire(write);
+      pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
     }
-    pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
     bulk_copy_g2s(smem.lse_log2.data() + stage * kBlockM, ws.lse_log2 + row, Traits::kRowVecBytes,
                   pipeline_q.producer_get_barrier(write));
     copy(kp.tma_q.with(*pipeline_q.producer_get_barrier(write), 0), tQgQ, tQsQ(_, stage));
@@ -106,7 +104,8 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
   });
   if constexpr (Traits::kTilesFromProducer) {
     // The end of the sequence: a stage with no bytes to wait for, so a plain arrive completes it.
-    publish(BwdTile{-1, 0, 0, -1});
+    wait_until_free();
+    smem.tiles[write.index()] = BwdTile{-1, 0, 0};
     cutlass::arch::ClusterBarrier::arrive(pipeline_q.producer_get_barrier(write));
   }
 }

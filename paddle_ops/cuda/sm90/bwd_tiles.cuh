@@ -81,8 +81,7 @@ __device__ __forceinline__ void for_each_bwd_tile(const BwdParams& p, const bwd:
 struct alignas(16) BwdTile {
   int32_t m_block;  // < 0: the sequence has ended
   int32_t head_q;
-  int32_t masked_elements;  // the element mask must run (for_each_bwd_tile's third argument)
-  int32_t payload_slot;     // masked_elements: its mask payload's slot, or < 0 (bwd_mask_payload.cuh)
+  int32_t masked_elements;  // the element mask runs, from the payload in the stage (for_each_bwd_tile's third argument)
   __device__ __forceinline__ bool is_end() const { return m_block < 0; }
 };
 

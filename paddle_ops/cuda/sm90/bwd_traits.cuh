@@ -96,6 +96,10 @@ struct BwdTraits {
   // alternating, bwd TFLOP/s: 8K causal +2%, document +1-2%, D = 64 causal +4%, few-tile CTAs level;
   // kernel_h200_bwd_next_st_ab.json). Its dP^T as well spilled and lost 2-4%.
   static constexpr bool kNextStUnderDk = kCanWriteDqUnderDk && kTilesFromProducer;
+  // Warps of the producer warpgroup: 0 the producer thread, 1 .. kConsumerWGs the dQ writers
+  // (bwd_dq_writer.cuh), then the payload writer (bwd_payload_writer.cuh).
+  static constexpr int kPayloadWriterWarp = 1 + kConsumerWGs;
+  static_assert(kPayloadWriterWarp < 4, "the payload writer is a warp of the producer warpgroup");
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // One CTA per SM (194 KB of smem at D=128, 195 KB at 64, 226 KB at 256). A 64-key,

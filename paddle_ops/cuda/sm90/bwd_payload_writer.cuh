@@ -1,0 +1,70 @@
+// The payload writer of the sm90 backward (kTilesFromProducer kernels; warp kPayloadWriterWarp of the
+// producer warpgroup): the masked tiles that the mask plan has no payload slot for (lists with more
+// partial tiles than the pool's share, or a plan built without payloads: bwd_mask_payload.cuh) get
+// theirs here, evaluated from the keys' column bounds into the tile's Q stage, so that the consumers
+// read every masked tile's mask from a payload and their loop holds no second way of masking.
+//
+// Where the plan's slots cover every list of the CTA (the common case) the warp has nothing to do;
+// else it walks the CTA's tiles as the producer does and, for such a tile, waits until the stage is
+// free, writes the payload (lane l plays consumer threads l, l + 32, ...) and the tile record, and
+// makes the stage's one arrival, expecting the Q and LSE bytes of the copies that the producer
+// issues without arriving. Those copies may complete first: the mbarrier's tx-count goes negative
+// until the arrival, and the phase cannot complete before it.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+
+#include "bwd_mask_payload.cuh"
+#include "bwd_params.cuh"
+#include "bwd_tiles.cuh"
+
+namespace flashmask {
+namespace sm90 {
+
+template <class Traits>
+__device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Traits>& kp,
+                                                       typename Traits::SharedStorage& smem,
+                                                       typename Traits::Pipeline& pipeline_q, const bwd::KeyBlock& kb,
+                                                       int32_t head_k, int32_t b) {
+  static_assert(Traits::kTilesFromProducer, "payloads ride on the tiles the producer hands over");
+  constexpr int kThreads = Traits::kConsumerThreads, kWords = Traits::kPayloadWords;
+  constexpr int kRows = decltype(cute::size<0>(st_coord<Traits>(0)))::value;
+  const BwdParams& p = kp.p;
+  const bwd::Workspace& ws = kp.ws;
+  // Nothing to write where the plan's slots cover the CTA (the common case): no walk then.
+  if (BwdPayloadSlots::cover_cta<Traits::kBlockM, Traits::kBlockN>(p, ws, b, head_k, kb)) return;
+  const int lane = threadIdx.x % 32;
+  auto stage = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  BwdPayloadSlots payload_slots;
+  for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
+      p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t partial_index) {
+        if (masked && payload_slots.of(p, ws, b, head_q, kb, partial_index) < 0) {
+          while (pipeline_q.producer_try_acquire(stage) != cutlass::BarrierStatus::WaitDone) {
+          }
+          uint32_t* words = smem.payload.data() + stage.index() * (Traits::kPayloadBytes / 4);
+          CUTLASS_PRAGMA_NO_UNROLL  // rare tiles: small code at the warpgroup's 24 registers
+          for (int t0 = 0; t0 < kThreads; t0 += 32) {
+            const int t = t0 + lane;
+            const auto coord = st_coord<Traits>(t % 128);
+            MaskedRows rows[kRows];
+            key_masked_rows(rows, coord, p, b, head_q, kb.first + t / 128 * Traits::kWGKeys, kb.end);
+            uint32_t bits[kWords];
+            payload_of_tile(bits, rows, coord, st_value_of<Traits>(), m * Traits::kBlockM);
+            CUTLASS_PRAGMA_UNROLL
+            for (int w = 0; w < kWords; ++w) words[w * kThreads + t] = bits[w];
+          }
+          if (lane == 0) smem.tiles[stage.index()] = BwdTile{m, head_q, true};
+          // A later tile's payload may reach this stage by bulk copy (async proxy), after these stores.
+          cutlass::arch::fence_view_async_shared();
+          __syncwarp();
+          if (lane == 0) {
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(pipeline_q.producer_get_barrier(stage),
+                                                                           Traits::kQBytes + Traits::kRowVecBytes);
+          }
+        }
+        ++stage;
+      });
+}
+
+}  // namespace sm90
+}  // namespace flashmask
