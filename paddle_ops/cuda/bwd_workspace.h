@@ -38,7 +38,7 @@ namespace bwd {
 // from first_slot[list] (< 0: it has none), slot s has words_per_tile words at
 // words[s * words_per_tile].
 struct MaskPayloads {
-  const int32_t* first_slot = nullptr;  // nullptr: no payloads, every partial tile evaluates its bounds
+  const int32_t* first_slot = nullptr;  // nullptr: no payloads in the plan (the kernel writes them all)
   const uint32_t* words = nullptr;
   int32_t capacity = 0;
   int32_t words_per_tile = 0;
