@@ -35,7 +35,7 @@ namespace bwd {
 
 // The Hopper backward's mask payloads (sm90/bwd_mask_payload.cuh): the partial tiles of the list of
 // (mask slice, key block) `list` = slice * key_block_slots() + key block take consecutive slots
-// from first_slot[list] (< 0: it has none), slot s has words_per_tile words at
+// from first_slot[list] (< 0: it has none, sm90::BwdPayloadSlots), slot s has words_per_tile words at
 // words[s * words_per_tile].
 struct MaskPayloads {
   const int32_t* first_slot = nullptr;  // nullptr: no payloads in the plan (the kernel writes them all)

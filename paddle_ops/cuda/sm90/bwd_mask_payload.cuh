@@ -82,9 +82,11 @@ __device__ __forceinline__ auto st_value_of() {
 // slot (read once per query head) plus the tile's partial_index, or -1 past the plan's slots. The
 // producer and the payload writer warp call it on the same walk, so they agree on every tile.
 struct BwdPayloadSlots {
-  int32_t head_q = -1, first = -1;
+  // A list's first slot where it has none: all were taken before it, or it has no partial tile.
+  static constexpr int32_t kNoneLeft = -1, kNoPartialTile = -2;
+  int32_t head_q = -1, first = kNoneLeft;
 
-  // The first slot of the (mask slice, key block) list of query head `head_q`, or -1 (none left).
+  // The first slot of the (mask slice, key block) list of query head `head_q`, or < 0 (above).
   __device__ __forceinline__ static int32_t first_of(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
                                                      int32_t head_q, const bwd::KeyBlock& kb) {
     return ws.payloads.first_slot[int64_t(ws.slices.index(p, b, head_q)) * ws.key_block_slots() + kb.index];
@@ -108,6 +110,7 @@ struct BwdPayloadSlots {
     for (int32_t head_q = head_k * group; head_q < (head_k + 1) * group; ++head_q) {
       const int2 range = BwdTileWalk<kBlockM, kBlockN>::of(p, ws, b, head_q, kb).range;
       const int32_t first = first_of(p, ws, b, head_q, kb);
+      if (first == kNoPartialTile) continue;
       if (first < 0 || int64_t(first) + max(range.y - range.x, 0) > ws.payloads.capacity) return false;
     }
     return true;
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   const int64_t list = int64_t(slice) * ws.key_block_slots() + blockIdx.x;
   const bwd::KeyBlock kb = bwd::key_block_of(p, ws, b, blockIdx.x, Traits::kBlockN);
   if (kb.empty()) {  // a document-aligned slot this batch row does not use
-    if (threadIdx.x == 0) first_slots[list] = -1;
+    if (threadIdx.x == 0) first_slots[list] = BwdPayloadSlots::kNoPartialTile;
     return;
   }
   const auto walk = BwdTileWalk<Traits::kBlockM, Traits::kBlockN>::of(p, ws, b, head_q, kb);
@@ -146,10 +149,12 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   for (int32_t m = range.x + threadIdx.x; m < range.y; m += kThreads) mine += partial(m);
   Scan(scan_storage).ExclusiveSum(mine, before, count);  // count: the list's total
   if (threadIdx.x == 0) {
-    const uint64_t taken = count > 0 ? atomicAdd(reinterpret_cast<unsigned long long*>(next_slot),
-                                                 static_cast<unsigned long long>(count))
-                                     : uint64_t(ws.payloads.capacity);
-    first = taken < uint64_t(ws.payloads.capacity) ? int32_t(taken) : -1;  // else no slot left
+    first = BwdPayloadSlots::kNoPartialTile;
+    if (count > 0) {
+      const uint64_t taken = atomicAdd(reinterpret_cast<unsigned long long*>(next_slot),
+                                       static_cast<unsigned long long>(count));
+      first = taken < uint64_t(ws.payloads.capacity) ? int32_t(taken) : BwdPayloadSlots::kNoneLeft;
+    }
     first_slots[list] = first;
   }
   __syncthreads();  // first; scan_storage reusable
