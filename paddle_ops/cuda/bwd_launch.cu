@@ -109,8 +109,6 @@ void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t strea
   if (plan == nullptr) throw ArgError("flashmask build_bwd_plan_cuda: plan is null");
   const bwd::PlanLayout layout = bwd::plan_layout(params);
   bwd::Workspace carved;
-  carved.n_blocks = int32_t((params.seqlen_k + layout.block_n - 1) / layout.block_n);
-  carved.slices = MaskSlices::of(params);
   uint64_t* next_payload_slot = layout.carve(params, plan, &carved);
   launch_block_bounds(params, layout.block_n, const_cast<BlockBounds*>(carved.bounds), stream);
   if (layout.document_blocks)

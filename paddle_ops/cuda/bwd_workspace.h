@@ -71,8 +71,9 @@ struct PlanLayout {
   int32_t payload_tiles_per_list = 0;
   int32_t payload_tile_rows = 0;
 
+  int32_t n_blocks(const BwdParams& p) const { return int32_t((p.seqlen_k + block_n - 1) / block_n); }
   int32_t key_block_slots(const BwdParams& p) const {
-    return document_blocks ? document_key_block_slots(p, block_n) : int32_t((p.seqlen_k + block_n - 1) / block_n);
+    return document_blocks ? document_key_block_slots(p, block_n) : n_blocks(p);
   }
   int64_t payload_lists(const BwdParams& p) const { return int64_t(MaskSlices::of(p).count()) * key_block_slots(p); }
   int32_t payload_capacity(const BwdParams& p) const {
@@ -90,10 +91,12 @@ struct PlanLayout {
     return align256(block_bounds_bytes(p, block_n)) + (document_blocks ? document_key_blocks_bytes(p, block_n) : 0) +
            payload_bytes(p);
   }
-  // Points the workspace's plan fields into `base` (bytes(p) bytes); returns the payload builder's
-  // slot counter (nullptr without payloads).
+  // Points the workspace's plan fields into `base` (bytes(p) bytes), with the grid they are indexed
+  // by (n_blocks, slices); returns the payload builder's slot counter (nullptr without payloads).
   uint64_t* carve(const BwdParams& p, const void* base, Workspace* ws) const {
     const char* at = static_cast<const char*>(base);
+    ws->n_blocks = n_blocks(p);
+    ws->slices = MaskSlices::of(p);
     ws->bounds = reinterpret_cast<const BlockBounds*>(at);
     at += align256(block_bounds_bytes(p, block_n));
     if (document_blocks) {
@@ -119,7 +122,6 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
   const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
   const WorkspaceGrid g = workspace_grid(kernel_dim);
   const int64_t sq_pad = (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple;
-  const int64_t n_blocks = (int64_t(p.seqlen_k) + g.block_n - 1) / g.block_n;
   const int64_t rows = int64_t(p.batch) * p.heads_q * sq_pad;
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -129,10 +131,8 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
   };
   Workspace w;
   w.seqlen_q_pad = static_cast<int32_t>(sq_pad);
-  w.n_blocks = static_cast<int32_t>(n_blocks);
   w.lse_log2 = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
-  w.slices = MaskSlices::of(p);
   if (!plan_in_call) {
     void* at = take(plan.bytes(p));
     if (at != nullptr) plan.carve(p, at, &w);

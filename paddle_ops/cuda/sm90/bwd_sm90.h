@@ -27,8 +27,9 @@ int32_t bwd_payload_tile_rows(const BwdParams& p);
 // Payload slots per (mask slice, key block) list, pooled over the lists of a plan: 8. Partial tiles
 // per 128-key block of the masks timed (bf16, 8K and 32K): 1-2 for causal and prefix-LM causal, 4
 // for sliding windows, 4-6 on average for documents, where the few blocks that straddle two of them
-// have up to a few hundred. FLASHMASK_SM90_BWD_PAYLOAD_TILES=N overrides (0: every partial tile
-// evaluates its column bounds; read when a plan or workspace is sized).
+// have up to a few hundred; the kernel writes the payloads of tiles past the pool
+// (bwd_payload_writer.cuh). FLASHMASK_SM90_BWD_PAYLOAD_TILES=N overrides (0: the kernel writes
+// them all; read when a plan or workspace is sized).
 int32_t bwd_payload_tiles_per_list();
 // Writes the payloads of the plan carved into `ws` (its bounds and key blocks built before it on
 // `stream`); next_slot: the plan's slot counter (PlanLayout::carve).
