@@ -5,9 +5,9 @@
 // read every masked tile's mask from a payload and their loop holds no second way of masking.
 //
 // Where the plan's slots cover every list of the CTA (the common case) the warp has nothing to do;
-// else it walks the CTA's tiles as the producer does and, for such a tile, waits until the stage is
-// free, writes the payload (lane l plays consumer threads l, l + 32, ...) and the tile record, and
-// makes the stage's one arrival, expecting the Q and LSE bytes of the copies that the producer
+// else it walks the CTA's tiles as the producer does, waits until each tile's stage is free, and for
+// such a tile writes the payload (lane l plays consumer threads l, l + 32, ...) and the tile record
+// and makes the stage's one arrival, expecting the Q and LSE bytes of the copies that the producer
 // issues without arriving. Those copies may complete first: the mbarrier's tx-count goes negative
 // until the arrival, and the phase cannot complete before it.
 #pragma once
@@ -38,9 +38,11 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
   BwdPayloadSlots payload_slots;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
       p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t partial_index) {
+        // The producer's tiles are waited for too: the wait tests the phase's parity only, which tells
+        // this use of the stage from an earlier one only while the warp is at most one use ahead.
+        while (pipeline_q.producer_try_acquire(stage) != cutlass::BarrierStatus::WaitDone) {
+        }
         if (masked && payload_slots.of(p, ws, b, head_q, kb, partial_index) < 0) {
-          while (pipeline_q.producer_try_acquire(stage) != cutlass::BarrierStatus::WaitDone) {
-          }
           uint32_t* words = smem.payload.data() + stage.index() * (Traits::kPayloadBytes / 4);
           CUTLASS_PRAGMA_NO_UNROLL  // rare tiles: small code at the warpgroup's 24 registers
           for (int t0 = 0; t0 < kThreads; t0 += 32) {
