@@ -30,8 +30,9 @@ constexpr TileShape tile_shape(int head_dim) {
 // spilled 294 bytes at 128 rows, and causal document ran 115 -> 107 TFLOP/s (H200, bf16, 8K,
 // p = 0.1). Keys per CTA: two consumer warpgroups of 64 keys each, or at D = 256, where they split
 // the head dim, 64 keys shared.
-constexpr int sm90_rows_per_step(int head_dim) { return head_dim == 64 ? 128 : 64; }
-constexpr int sm90_dropout_rows_per_step = 64;
+constexpr int sm90_rows_per_step(int head_dim, bool dropout = false) {
+  return !dropout && head_dim == 64 ? 128 : 64;
+}
 constexpr int sm90_keys_per_cta(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
 // The grid the workspace is laid out on, whichever path runs (the path is chosen per call, after
@@ -52,7 +53,7 @@ constexpr WorkspaceGrid workspace_grid(int head_dim) {
 constexpr bool workspace_grid_serves_every_path(int head_dim) {
   const WorkspaceGrid g = workspace_grid(head_dim);
   return g.row_multiple % tile_shape(head_dim).block_m == 0 && g.row_multiple % sm90_rows_per_step(head_dim) == 0 &&
-         g.row_multiple % sm90_dropout_rows_per_step == 0 && sm90_keys_per_cta(head_dim) == g.block_n;
+         g.row_multiple % sm90_rows_per_step(head_dim, /*dropout=*/true) == 0 && sm90_keys_per_cta(head_dim) == g.block_n;
 }
 static_assert(workspace_grid_serves_every_path(64) && workspace_grid_serves_every_path(128) &&
                   workspace_grid_serves_every_path(256),

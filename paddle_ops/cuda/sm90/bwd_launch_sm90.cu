@@ -41,7 +41,7 @@ bool bwd_sm90_selected(const BwdParams& p) {
 int32_t sm90::bwd_payload_tile_rows(const BwdParams& p) {
   const int kernel_dim = sm90::kernel_head_dim(p);
   if (bwd::sm90_keys_per_cta(kernel_dim) != 128) return 0;  // the head-dim split kernel (D = 256)
-  return p.dropout_p > 0.f ? bwd::sm90_dropout_rows_per_step : bwd::sm90_rows_per_step(kernel_dim);
+  return bwd::sm90_rows_per_step(kernel_dim, p.dropout_p > 0.f);  // with_step_shape's rows
 }
 
 int32_t sm90::bwd_payload_tiles_per_list() {

@@ -3,6 +3,8 @@
 // the bwd_hdim*_sm90.cu files.
 #pragma once
 
+#include <type_traits>
+
 #include "../bwd_launch_template.cuh"
 #include "../utils.cuh"
 #include "bwd_convert_dq.cuh"
@@ -50,6 +52,21 @@ void run_bwd_sm90_shape(const BwdParams& p, const bwd::Workspace& ws, cudaStream
   }
 }
 
+// Calls f(StepShape<Traits>{}, kDropout) with the traits of the step a call runs: dropout takes its
+// own row count (../bwd_tile_shape.h). The mask payloads are built in the same shape.
+template <class Traits>
+struct StepShape {
+  using type = Traits;
+};
+template <typename Element, int kHeadDim, class F>
+void with_step_shape(const BwdParams& p, F&& f) {
+  if (p.dropout_p > 0.f) {
+    f(StepShape<BwdTraits<Element, kHeadDim, bwd::sm90_rows_per_step(kHeadDim, /*dropout=*/true)>>{}, std::true_type{});
+  } else {
+    f(StepShape<BwdTraits<Element, kHeadDim>>{}, std::false_type{});
+  }
+}
+
 template <typename Element, int kHeadDim>
 void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
   using Traits = BwdTraits<Element, kHeadDim>;
@@ -62,24 +79,20 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
     bwd::launch_deterministic_dq<bwd::Traits<kHeadDim, Element>>(p, ws, stream);
     return;
   }
-  // Dropout (non-deterministic only: bwd_sm90_selected leaves deterministic dropout to the portable
-  // kernels) in steps of its own row count (../bwd_tile_shape.h).
-  if (p.dropout_p > 0.f) {
-    run_bwd_sm90_shape<BwdTraits<Element, kHeadDim, bwd::sm90_dropout_rows_per_step>, true, true>(p, ws, stream);
-    return;
-  }
-  run_bwd_sm90_shape<Traits, true, false>(p, ws, stream);
+  // Dropout is non-deterministic only here (bwd_sm90_selected leaves deterministic dropout to the
+  // portable kernels).
+  with_step_shape<Element, kHeadDim>(p, [&](auto shape, auto dropout) {
+    run_bwd_sm90_shape<typename decltype(shape)::type, true, decltype(dropout)::value>(p, ws, stream);
+  });
 }
 
 template <typename Element, int kHeadDim>
 void build_bwd_mask_payloads_for(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,
                                  cudaStream_t stream) {
   if constexpr (BwdTraits<Element, kHeadDim>::kTilesFromProducer) {
-    // In the shape of the kernel the call runs (run_bwd_sm90_kernels).
-    if (p.dropout_p > 0.f)
-      launch_bwd_mask_payloads<BwdTraits<Element, kHeadDim, bwd::sm90_dropout_rows_per_step>>(p, ws, next_slot, stream);
-    else
-      launch_bwd_mask_payloads<BwdTraits<Element, kHeadDim>>(p, ws, next_slot, stream);
+    with_step_shape<Element, kHeadDim>(p, [&](auto shape, auto) {
+      launch_bwd_mask_payloads<typename decltype(shape)::type>(p, ws, next_slot, stream);
+    });
   } else {
     throw std::runtime_error("flashmask build_bwd_mask_payloads: no payloads at this head dim");
   }
