@@ -150,6 +150,20 @@ def test_backward_partial_tiles_with_and_without_mask_payloads(form, head_dim, t
                       heads_k=2, mask_heads=2, head_dim=head_dim))
 
 
+@pytest.mark.parametrize("tiles", ["1", "8"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("form", [(True, 2), (False, 4)], ids=form_id)
+def test_backward_payload_writer_behind_the_consumers(form, head_dim, tiles, monkeypatch):
+    """Per-query-head masks, 8 query heads per KV head: the payload writer first reads every head's
+    list and slot before it walks, while the consumers run through the tiles the plan's payloads
+    cover; with 1 slot per list (and with the default 8, where the pool runs out part way through a
+    CTA's heads) the CTAs mix both kinds of masked tile, so the writer reaches its first tile
+    after the consumers have released earlier ones (the stage hand-off must not depend on it)."""
+    monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", tiles)
+    check(fuzzed_case(form, seed_offset=1700 + int(tiles) + head_dim, batch=1, seqlen_q=1100, seqlen_k=1000,
+                      heads_q=16, heads_k=2, mask_heads=16, head_dim=head_dim))
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("form", [(True, 2), (False, 2), (False, 4)], ids=form_id)
 def test_deterministic_backward_with_payloads_from_the_writer(form, head_dim, monkeypatch):

@@ -117,10 +117,13 @@ def with_payload_slots(run, slots: int):
 
 
 def one_payload_slot_cases():
+    """Mask heads = Hk, and per-query-head masks with 8 query heads per KV head (the payload writer
+    reads every head's list before its walk, behind the consumers)."""
     rng = np.random.default_rng(5678)
-    for i, (d, form) in enumerate([(128, FORMS[3]), (64, FORMS[5])]):
-        yield Case(batch=2, seqlen_q=333, seqlen_k=290, heads_q=4, heads_k=2, head_dim=d, dtype="bf16",
-                   causal=form[0], indices=random_bounds(rng, form, 2, 2, 333, 290), seed=500 + i,
+    for i, (d, form, heads_q, heads_k, mask_heads) in enumerate(
+            [(128, FORMS[3], 4, 2, 2), (64, FORMS[5], 4, 2, 2), (128, FORMS[4], 8, 1, 8)]):
+        yield Case(batch=2, seqlen_q=333, seqlen_k=290, heads_q=heads_q, heads_k=heads_k, head_dim=d, dtype="bf16",
+                   causal=form[0], indices=random_bounds(rng, form, 2, mask_heads, 333, 290), seed=500 + i,
                    deterministic=i == 1)
 
 

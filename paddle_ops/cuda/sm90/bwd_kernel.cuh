@@ -42,6 +42,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSM)
     cute::prefetch_tma_descriptor(kp.tma_dk.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_dv.get_tma_descriptor());
     smem.barrier_kv.init(1);
+    if constexpr (Traits::kTilesFromProducer) {
+      for (int s = 0; s < Traits::kStages; ++s) smem.payload_handoff[s].init(1);
+    }
   }
   // Q and dO tiles are the same size.
   const auto pp = tma_pipeline_params<Pipeline>(Traits::kQBytes, warp_group == 0, Traits::kConsumerThreads);

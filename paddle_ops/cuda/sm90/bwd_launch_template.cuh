@@ -41,6 +41,7 @@ void run_bwd_sm90_shape(const BwdParams& p, const bwd::Workspace& ws, cudaStream
       p,
       ws,
       p.softmax_scale * 1.4426950408889634f};
+  if constexpr (Traits::kTilesFromProducer) require_payload_layout<Traits>(ws, "sm90 backward");
   auto kernel = bwd_kernel<Traits, kWriteDq, kDropout>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   kernel<<<bwd::key_block_grid(p, ws), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);

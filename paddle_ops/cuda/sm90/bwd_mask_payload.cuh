@@ -16,6 +16,9 @@
 // the kernel, from the payload writer warp (bwd_payload_writer.cuh).
 #pragma once
 
+#include <stdexcept>
+#include <string>
+
 #include <cub/block/block_scan.cuh>
 #include <cute/tensor.hpp>
 
@@ -182,12 +185,20 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   }
 }
 
+// The plan's payloads, where it has any, must be laid out for this step shape (the plan key holds
+// the shape's rows, so a mismatch is a bug, not a stale plan).
+template <class Traits>
+void require_payload_layout(const bwd::Workspace& ws, const char* who) {
+  if (ws.payloads.first_slot != nullptr &&
+      ws.payloads.words_per_tile != Traits::kPayloadWords * Traits::kConsumerThreads)
+    throw std::runtime_error(std::string("flashmask ") + who + ": mask payloads laid out for another tile shape");
+}
+
 template <class Traits>
 void launch_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,
                               cudaStream_t stream) {
   static_assert(Traits::kTilesFromProducer, "payloads ride on the tiles the producer hands over");
-  if (ws.payloads.words_per_tile != Traits::kPayloadWords * Traits::kConsumerThreads)
-    throw std::runtime_error("flashmask build_bwd_mask_payloads: plan laid out for another tile shape");
+  require_payload_layout<Traits>(ws, "build_bwd_mask_payloads");
   const int32_t slots = ws.key_block_slots(), slices = ws.slices.count();
   if (slots == 0 || slices == 0) return;
   FM_CUDA_CHECK(cudaMemsetAsync(next_slot, 0, sizeof(uint64_t), stream));

@@ -5,11 +5,19 @@
 // read every masked tile's mask from a payload and their loop holds no second way of masking.
 //
 // Where the plan's slots cover every list of the CTA (the common case) the warp has nothing to do;
-// else it walks the CTA's tiles as the producer does, waits until each tile's stage is free, and for
-// such a tile writes the payload (lane l plays consumer threads l, l + 32, ...) and the tile record
-// and makes the stage's one arrival, expecting the Q and LSE bytes of the copies that the producer
-// issues without arriving. Those copies may complete first: the mbarrier's tx-count goes negative
-// until the arrival, and the phase cannot complete before it.
+// else it walks the CTA's tiles as the producer does and, for each such tile, waits until the
+// producer hands it the tile's stage (free of the consumers), writes the payload (lane l plays
+// consumer threads l, l + 32, ...) and the tile record and makes the stage's one arrival, expecting
+// the Q and LSE bytes of the copies that the producer issues without arriving. Those copies may
+// complete first: the mbarrier's tx-count goes negative until the arrival, and the phase cannot
+// complete before it.
+//
+// The hand-off barrier, not the stage's empty barrier, because a parity wait is exact only within
+// one phase: the consumers may release the producer's tiles before this warp reaches them (it starts
+// late, behind cover_cta's loads), and a wait on an already released stage would pass only at its
+// next release, which needs this warp's next arrival. A stage's hand-off is at most one phase ahead
+// of this warp: the producer hands the stage over again only after the consumers have released this
+// warp's previous tile on it, which needed this warp's arrival.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -35,15 +43,15 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
   if (BwdPayloadSlots::cover_cta<Traits::kBlockM, Traits::kBlockN>(p, ws, b, head_k, kb)) return;
   const int lane = threadIdx.x % 32;
   auto stage = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  uint32_t handoff_phases = 0;  // bit s: the phase of stage s's hand-off this warp waits for next
   BwdPayloadSlots payload_slots;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
       p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t partial_index) {
-        // The producer's tiles are waited for too: the wait tests the phase's parity only, which tells
-        // this use of the stage from an earlier one only while the warp is at most one use ahead.
-        while (pipeline_q.producer_try_acquire(stage) != cutlass::BarrierStatus::WaitDone) {
-        }
         if (masked && payload_slots.of(p, ws, b, head_q, kb, partial_index) < 0) {
-          uint32_t* words = smem.payload.data() + stage.index() * (Traits::kPayloadBytes / 4);
+          const int s = stage.index();
+          smem.payload_handoff[s].wait((handoff_phases >> s) & 1u);
+          handoff_phases ^= 1u << s;
+          uint32_t* words = smem.payload.data() + s * (Traits::kPayloadBytes / 4);
           CUTLASS_PRAGMA_NO_UNROLL  // rare tiles: small code at the warpgroup's 24 registers
           for (int t0 = 0; t0 < kThreads; t0 += 32) {
             const int t = t0 + lane;
@@ -55,7 +63,7 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
             CUTLASS_PRAGMA_UNROLL
             for (int w = 0; w < kWords; ++w) words[w * kThreads + t] = bits[w];
           }
-          if (lane == 0) smem.tiles[stage.index()] = BwdTile{m, head_q, true};
+          if (lane == 0) smem.tiles[s] = BwdTile{m, head_q, true};
           // A later tile's payload may reach this stage by bulk copy (async proxy), after these stores.
           cutlass::arch::fence_view_async_shared();
           __syncwarp();

@@ -72,11 +72,13 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     if constexpr (Traits::kTilesFromProducer) {
       // The tile rides on its Q stage: written once the stage is free, before the arrive that the
       // consumers' wait acquires. A masked tile without a payload slot is the payload writer's
-      // (bwd_payload_writer.cuh): it writes the tile and its payload into the stage and makes the
-      // stage's arrival, expecting the bytes of the copies below.
+      // (bwd_payload_writer.cuh): the free stage is handed to it, and it writes the tile and its
+      // payload there and makes the stage's arrival, expecting the bytes of the copies below.
       const int32_t payload_slot = masked ? payload_slots.of(p, ws, b, head_q, kb, partial_index) : -1;
       wait_until_free();
-      if (!masked || payload_slot >= 0) {
+      if (masked && payload_slot < 0) {
+        smem.payload_handoff[stage].arrive();
+      } else {
         smem.tiles[stage] = BwdTile{m, head_q, masked};
         pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});  // expects the Q bytes
         pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);

@@ -191,6 +191,8 @@ struct BwdTraits {
     typename Pipeline::SharedStorage pipeline_q;
     typename Pipeline::SharedStorage pipeline_do;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
+    // Per Q stage: the producer hands a free stage to the payload writer (bwd_payload_writer.cuh).
+    cutlass::arch::ClusterBarrier payload_handoff[kStages];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm90 CTA may take");
