@@ -51,7 +51,7 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
           const int s = stage.index();
           smem.payload_handoff[s].wait((handoff_phases >> s) & 1u);
           handoff_phases ^= 1u << s;
-          uint32_t* words = smem.payload.data() + s * (Traits::kPayloadBytes / 4);
+          uint4* words = reinterpret_cast<uint4*>(smem.payload.data() + s * (Traits::kPayloadBytes / 4));
           CUTLASS_PRAGMA_NO_UNROLL  // rare tiles: small code at the warpgroup's 24 registers
           for (int t0 = 0; t0 < kThreads; t0 += 32) {
             const int t = t0 + lane;
@@ -60,14 +60,23 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
             key_masked_rows(rows, coord, p, b, head_q, kb.first + t / 128 * Traits::kWGKeys, kb.end);
             uint32_t bits[kWords];
             payload_of_tile(bits, rows, coord, st_value_of<Traits>(), m * Traits::kBlockM);
+            // Lane 0 stores every word: the consumers' reads are ordered after the stores by lane 0's
+            // arrival below, which compute-sanitizer's racecheck follows for the arriving thread's own
+            // stores only (other lanes' stores, ordered by __syncwarp, it reports as races).
             CUTLASS_PRAGMA_UNROLL
-            for (int w = 0; w < kWords; ++w) words[w * kThreads + t] = bits[w];
+            for (int w = 0; w < kWords; ++w) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int l = 0; l < 32; l += 4) {
+                const uint4 four{__shfl_sync(~0u, bits[w], l), __shfl_sync(~0u, bits[w], l + 1),
+                                 __shfl_sync(~0u, bits[w], l + 2), __shfl_sync(~0u, bits[w], l + 3)};
+                if (lane == 0) words[(w * kThreads + t0 + l) / 4] = four;
+              }
+            }
           }
-          if (lane == 0) smem.tiles[s] = BwdTile{m, head_q, true};
-          // A later tile's payload may reach this stage by bulk copy (async proxy), after these stores.
-          cutlass::arch::fence_view_async_shared();
-          __syncwarp();
           if (lane == 0) {
+            smem.tiles[s] = BwdTile{m, head_q, true};
+            // A later tile's payload may reach this stage by bulk copy (async proxy), after these stores.
+            cutlass::arch::fence_view_async_shared();
             cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(pipeline_q.producer_get_barrier(stage),
                                                                            Traits::kQBytes + Traits::kRowVecBytes);
           }
