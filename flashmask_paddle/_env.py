@@ -29,7 +29,8 @@ VARIABLES = (
              "flashmask_paddle.api, flashmask_paddle.torch"),
     Variable("FLASHMASK_CHECK_BOUNDS", "1",
              "0: skip the host-side check of startend_row_indices / block_mask values (done once per "
-             "mask tensor and version); out-of-range bounds then give undefined results.",
+             "mask tensor and version, its detached copies included); out-of-range bounds then give "
+             "undefined results.",
              "flashmask_paddle.api, flashmask_paddle.torch"),
     Variable("FLASHMASK_MASK_PLAN", "1",
              "0: no mask plans: every CUDA call preprocesses its mask itself instead of reusing the "

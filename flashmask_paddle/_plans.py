@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import paddle
 
-from . import _env, _ops
+from . import _env, _ops, _tensor_stamp
 from ._plan_cache import PlanCache
 
-_cache = PlanCache(version=lambda t: t._inplace_version())
+_cache = PlanCache(_tensor_stamp.PADDLE)
 
 
 def clear_mask_plans(mask=None) -> None:

@@ -12,13 +12,13 @@ bound columns. Which dtypes and head dims a device supports comes from the libra
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Callable, Hashable, NamedTuple, Sequence
 
 import numpy as np
 
 from . import _env
 from ._capabilities import Capabilities
+from ._tensor_stamp import SeenTensor, TensorStamp
 from .masks._core import check_bound_columns, validate  # numpy only, like this module
 
 __all__ = ["Dims", "dtype_name", "check_qkv", "check_indices_layout", "check_indices_values",
@@ -186,34 +186,34 @@ def window_pair(window_size) -> tuple[int, int]:
 
 
 class OncePerTensor:
-    """Runs a host-side check of a tensor's values once per tensor object and version.
+    """Runs a host-side check of a tensor's values once per tensor and version.
 
-    A mask tensor reused across calls (a model's layers, steps with a cached mask) is then read
-    back to the host once, not on every call. ``key`` is the framework's version stamp (e.g.
-    ``(t._version, t.data_ptr())``): an in-place write changes it and the check runs again.
-    Entries are keyed by ``id`` with a weak reference to tell a live tensor from a new one at a
-    recycled id (tensors compare elementwise, so they cannot be dictionary keys themselves).
-    ``FLASHMASK_CHECK_BOUNDS=0`` skips the checks.
+    A mask tensor reused across calls (a model's layers, steps with a cached mask, the detached
+    copies of reentrant recompute) is then read back to the host once, not on every call.
+    ``stamp`` reads the binding's tensors (``_tensor_stamp``): an in-place write, or a new tensor
+    in the memory of one that is gone, runs the check again. ``key`` names what else the check
+    depended on (e.g. the query length bounds are checked against). ``FLASHMASK_CHECK_BOUNDS=0``
+    skips the checks.
     """
 
-    def __init__(self, limit: int = 256):
-        self._seen: dict = {}
+    def __init__(self, stamp: TensorStamp, limit: int = 256):
+        self._stamp = stamp
+        self._seen: dict = {}  # the tensor's place -> (SeenTensor, key)
         self._limit = limit
 
     def run(self, tensor, key: Hashable, check: Callable[[], None]) -> None:
         if not _env.flag("FLASHMASK_CHECK_BOUNDS"):
             return
-        seen = self._seen.get(id(tensor))
-        if seen is not None and seen[0]() is tensor and seen[1] == key:
+        place = self._stamp.place(tensor)
+        seen = self._seen.get(place)
+        if seen is not None and seen[1] == key and seen[0].matches(tensor, place, self._stamp):
             return
         check()
         if len(self._seen) > self._limit:  # forget tensors that are gone
-            for tid in [t for t, (ref, _) in self._seen.items() if ref() is None]:
-                del self._seen[tid]
-        self._seen[id(tensor)] = (weakref.ref(tensor), key)
+            for gone in [p for p, (t, _) in self._seen.items() if t.ref() is None]:
+                del self._seen[gone]
+        self._seen[place] = (SeenTensor(tensor, self._stamp), key)
 
     def forget(self, tensor) -> None:
-        """The next ``run`` with ``tensor`` checks it again."""
-        seen = self._seen.get(id(tensor))
-        if seen is not None and seen[0]() is tensor:
-            del self._seen[id(tensor)]
+        """The next ``run`` with ``tensor`` (or an alias of it) checks it again."""
+        self._seen.pop(self._stamp.place(tensor), None)

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 import paddle
 
-from . import _env, _ops, _plans, _validate
+from . import _env, _ops, _plans, _tensor_stamp, _validate
 from ._plans import cached_plan_count
 
 __all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "cached_plan_count"]
@@ -228,7 +228,7 @@ def _needs_grad(*tensors) -> bool:
 # Bound and block-mask values are read back to the host once per mask tensor and version, not on
 # every call (a device->host sync per layer per step otherwise). Static graphs (paddle.jit) hold
 # no values at trace time: there the builders' guarantees stand (FLASHMASK_CHECK_BOUNDS, docs/ENV.md).
-_CHECKED = _validate.OncePerTensor()
+_CHECKED = _validate.OncePerTensor(_tensor_stamp.PADDLE)
 
 
 def _is_tensor(t) -> bool:
@@ -244,7 +244,7 @@ def _on_gpu(t) -> bool:
 def _check_values_once(t, key: tuple, check) -> None:
     """Runs a host-side value check of ``t`` once per tensor and version (eager mode only)."""
     if paddle.in_dynamic_mode():
-        _CHECKED.run(t, (t._inplace_version(), t.data_ptr(), tuple(t.shape)) + key, check)
+        _CHECKED.run(t, key, check)
 
 
 def _to_place_of(t, query):

@@ -13,20 +13,29 @@ import pytest
 from flashmask_paddle import _ops, _plans, cached_plan_count, clear_mask_plans, flashmask_attention, masks
 from flashmask_paddle import prepare_mask_plan
 from flashmask_paddle._plan_cache import PlanCache
+from flashmask_paddle._tensor_stamp import TensorStamp
 
 
 class _Tensorish:
-    """A weak-referenceable stand-in for a mask tensor: an in-place version and a data pointer."""
+    """A weak-referenceable stand-in for a mask tensor: an in-place version, a data pointer, a layout."""
 
-    def __init__(self, pointer: int = 0x1000):
-        self.version, self.pointer = 0, pointer
+    def __init__(self, pointer: int = 0x1000, shape=(1, 1, 8, 2)):
+        self.version, self.pointer, self.shape, self.dtype = 0, pointer, shape, "int32"
 
     def data_ptr(self) -> int:
         return self.pointer
 
+    def alias(self) -> "_Tensorish":  # a detached copy: same memory, its own object
+        copy = _Tensorish(self.pointer, self.shape)
+        copy.version = self.version
+        return copy
+
+
+_STAMP = TensorStamp(version=lambda t: t.version, strides=lambda t: (len(t.shape),))
+
 
 def _cache(**kwargs) -> PlanCache:
-    return PlanCache(version=lambda t: t.version, **kwargs)
+    return PlanCache(_STAMP, **kwargs)
 
 
 def test_cache_builds_once_per_mask_stamp_and_plan_id():
@@ -51,21 +60,57 @@ def test_cache_builds_once_per_mask_stamp_and_plan_id():
     assert builds == ["a", "c", "d", "e"]
 
 
-def test_cache_tells_block_masks_apart_by_identity_not_by_stamp():
-    """A new block mask object may come with the stamp of the previous one (a recycled id and
-    allocation, version 0 on both): its plans must still be new."""
+def test_cache_tells_a_new_block_mask_from_a_gone_one_in_its_memory():
+    """A new block mask may take the memory of the previous one (version 0 on both): its plans
+    must still be new."""
     cache, mask = _cache(), _Tensorish()
-    first, second = _Tensorish(0x2000), _Tensorish(0x2000)
+    first = _Tensorish(0x2000)
     assert cache.get_or_build(mask, first, "fwd", lambda: "a") == "a"
+    del first
+    gc.collect()
+    second = _Tensorish(0x2000)
     assert cache.get_or_build(mask, second, "fwd", lambda: "b") == "b"
     assert cache.get_or_build(mask, None, "fwd", lambda: "c") == "c"
     second.version += 1
     assert cache.get_or_build(mask, second, "fwd", lambda: "d") == "d", "a block mask's in-place write rebuilds"
 
 
+def test_cache_serves_a_live_alias_of_a_mask_until_either_is_written():
+    """Reentrant recompute re-runs a layer on detached copies of its inputs: same memory, same
+    version counter, new objects."""
+    cache, mask, block = _cache(), _Tensorish(), _Tensorish(0x2000, (1, 1, 1, 1))
+    assert cache.get_or_build(mask, block, "fwd", lambda: "a") == "a"
+    assert cache.get_or_build(mask.alias(), block.alias(), "fwd", lambda: "b") == "a"
+    assert cache.get_or_build(mask.alias(), None, "fwd", lambda: "c") == "c", "without the block mask: other plans"
+    assert cache.get_or_build(mask, block, "fwd", lambda: "d") == "d"
+    copy = mask.alias()
+    copy.version += 1  # written through the copy (the version counter is shared: the mask's moves too)
+    mask.version += 1
+    assert cache.get_or_build(copy, block, "fwd", lambda: "e") == "e"
+    other_layout = _Tensorish(mask.pointer, (1, 1, 2, 8))
+    assert cache.get_or_build(other_layout, block, "fwd", lambda: "f") == "f", "same memory, other layout"
+
+
+def test_cache_does_not_serve_a_new_tensor_in_the_memory_of_one_that_is_gone():
+    cache, mask = _cache(), _Tensorish()
+    cache.get_or_build(mask, None, "fwd", lambda: "a")
+    successor = mask.alias()  # the allocator hands the freed memory to a new tensor, version 0
+    del mask
+    gc.collect()
+    assert cache.get_or_build(successor, None, "fwd", lambda: "b") == "b"
+
+
+def test_cache_does_not_serve_an_alias_of_a_mask_that_moved():
+    cache, mask = _cache(), _Tensorish()
+    cache.get_or_build(mask, None, "fwd", lambda: "a")
+    left_behind = mask.alias()
+    mask.pointer += 4096  # the mask's storage was replaced; its old memory may hold anything
+    assert cache.get_or_build(left_behind, None, "fwd", lambda: "b") == "b"
+
+
 def test_cache_forgets_one_mask_or_block_mask_on_request():
     cache = _cache()
-    one, two, block = _Tensorish(), _Tensorish(), _Tensorish()
+    one, two, block = _Tensorish(0x1000), _Tensorish(0x2000), _Tensorish(0x3000)
     cache.get_or_build(one, None, "fwd", lambda: 1)
     cache.get_or_build(two, block, "fwd", lambda: 2)
     cache.clear(one)
@@ -136,6 +181,22 @@ def test_layers_with_one_mask_share_its_plans_forward_and_backward(recorded):
     assert fwd is not None and bwd is not None
     assert all(h[0] is fwd and h[1] is bwd for h in handed)
     assert cached_plan_count() == 2
+
+
+def test_recomputed_layers_share_the_plans_of_their_mask(recorded):
+    """Reentrant recompute hands each layer, and its re-run in the backward, a detached copy of the
+    mask: the copies find the mask's plans."""
+    from paddle.distributed.fleet.utils import recompute
+
+    builds, handed = recorded
+    idx = _doc_mask()
+    hidden = _qkv(0)[0]
+    for _ in range(3):
+        hidden = recompute(lambda x, mask: flashmask_attention(x, x * 0.5, x * 0.25, mask, causal=True),
+                           hidden, idx, use_reentrant=True)
+    hidden.sum().backward()
+    assert sorted(b[0] for b in builds) == ["bwd", "fwd"], "one plan per direction for every layer and re-run"
+    assert len(handed) == 6 and len({id(h[0]) for h in handed}) == 1
 
 
 def test_no_backward_plan_without_gradients(recorded):

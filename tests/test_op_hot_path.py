@@ -50,6 +50,41 @@ def test_an_in_place_change_of_the_mask_is_checked_again(numpy_reads):
         flashmask_attention(q, k, v, idx, causal=True)
 
 
+def test_recompute_reads_the_mask_back_once_and_keeps_the_gradients(numpy_reads):
+    """Reentrant recompute re-runs each layer on detached copies of its inputs (the mask too): the
+    copies share the mask's memory and version, so its value check is not repeated per layer."""
+    from paddle.distributed.fleet.utils import recompute
+
+    idx = paddle.to_tensor(masks.causal_document([100, 120, 80])[0])
+    x0 = np.random.default_rng(4).standard_normal((1, 300, 2, 16)).astype(np.float32)
+
+    def layer(x, mask):
+        return flashmask_attention(x, x * 0.5, x * 0.25, mask, causal=True)
+
+    grads = []
+    for recomputed in (True, False):
+        x = paddle.to_tensor(x0)
+        x.stop_gradient = False
+        hidden = x
+        for _ in range(3):
+            hidden = recompute(layer, hidden, idx, use_reentrant=True) if recomputed else layer(hidden, idx)
+        hidden.sum().backward()
+        if recomputed:
+            assert numpy_reads == [tuple(idx.shape)], "the mask or a copy of it was read back again"
+        grads.append(x.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6, atol=1e-6)
+
+
+def test_a_write_through_a_detached_copy_of_the_mask_is_checked_again(numpy_reads):
+    q, k, v = _qkv(np.random.default_rng(5), 20, 20)
+    idx = paddle.full([1, 1, 20, 1], 20, dtype="int32")
+    flashmask_attention(q, k, v, idx, causal=True)
+    copy = idx.detach()
+    copy[0, 0, 3, 0] = 21  # out of [0, Sq]
+    with pytest.raises(ValueError, match="startend_row_indices"):
+        flashmask_attention(q, k, v, idx, causal=True)
+
+
 def test_check_bounds_switch_skips_the_host_read(numpy_reads, monkeypatch):
     monkeypatch.setenv("FLASHMASK_CHECK_BOUNDS", "0")
     q, k, v = _qkv(np.random.default_rng(2), 20, 20)

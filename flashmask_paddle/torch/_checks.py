@@ -1,19 +1,19 @@
 """Input checks of the torch binding. Shapes, dtypes, head dims, mask layouts and values go through
 the framework-free flashmask_paddle._validate (the same messages as the Paddle API), against what
 the library reports it supports; only what is torch-specific lives here: tensor types, devices,
-memory layout, the version stamp of the once-per-tensor value checks.
+memory layout.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import _capabilities, _validate
+from .. import _capabilities, _tensor_stamp, _validate
 from ._capi import load_library
 from ._ops import kernel_ready
 
 # Bound and block-mask values are checked on the host, once per tensor and version (a mask reused
 # across calls, as by a model's layers, is not copied device->host on every call).
-_checked = _validate.OncePerTensor()
+_checked = _validate.OncePerTensor(_tensor_stamp.TORCH)
 
 
 def _check_tensors(q, k, v, indices, block_mask):
@@ -31,7 +31,7 @@ def _check_tensors(q, k, v, indices, block_mask):
 
 
 def _once(t, key, check):
-    _checked.run(t, (t._version, t.data_ptr(), tuple(t.shape)) + key, check)
+    _checked.run(t, key, check)
 
 
 def check_inputs(q, k, v, indices, causal, softmax_scale, block_mask=None, dropout=0.0):

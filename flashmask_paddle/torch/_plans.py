@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from .. import _env
+from .. import _env, _tensor_stamp
 from .._plan_cache import PlanCache
 from . import _capi
 
@@ -41,7 +41,7 @@ class _Plan:
             self.streams.add(stream.cuda_stream)
 
 
-_cache = PlanCache(version=lambda t: t._version)
+_cache = PlanCache(_tensor_stamp.TORCH)
 
 
 def clear_mask_plans() -> None:

@@ -1,8 +1,8 @@
 """Mask plans of the torch binding on CUDA (flashmask_paddle/torch/_plans.py): the preprocessing of a
-mask, built once per mask tensor and problem, serves every later call with that tensor, forward and
-backward; a mask written in place, another block mask or another problem gets a plan of its own; a
-plan of another problem is refused; every call still matches the fp64 reference. Skipped where
-torch or a CUDA device is missing."""
+mask, built once per mask tensor and problem, serves every later call with that tensor or its
+detached copies (reentrant checkpointing), forward and backward; a mask written in place, another
+block mask or another problem gets a plan of its own; a plan of another problem is refused; every
+call still matches the fp64 reference. Skipped where torch or a CUDA device is missing."""
 from __future__ import annotations
 
 import ctypes
@@ -89,6 +89,32 @@ def test_block_mask_is_part_of_the_plan(seed):
     last_rows = slice(128 * (blocks - 1), None)
     assert not torch.equal(with_drop[:, last_rows], plain[:, last_rows]), "the dropped block changed nothing"
     assert torch.equal(with_drop[:, : 128 * (blocks - 1)], plain[:, : 128 * (blocks - 1)])
+
+
+def test_recomputed_layers_share_the_plans_of_their_mask(seed):
+    """Reentrant checkpointing re-runs each layer on detached copies of its inputs, the mask too:
+    the copies find the mask's plans, and the gradients are those of the plain layers."""
+    from torch.utils.checkpoint import checkpoint
+
+    rng = np.random.default_rng(seed)
+    case = _case(seed, (True, 2))
+    idx = _mask_tensor(case, rng)
+    q, k, v, _ = make_inputs(case)
+
+    def layer(x, mask):
+        return flashmask_attention(x, k, v, mask, causal=True)
+
+    grads = []
+    for recompute in (True, False):
+        x = q.detach().clone().requires_grad_(True)
+        hidden = x
+        for _ in range(3):
+            hidden = checkpoint(layer, hidden, idx, use_reentrant=True) if recompute else layer(hidden, idx)
+        hidden.float().sum().backward()
+        grads.append(x.grad.float())
+        assert _plans.cached_plan_count() == 2, "one forward and one backward plan for every layer"
+    assert torch.isfinite(grads[0]).all()
+    torch.testing.assert_close(grads[0], grads[1], rtol=2e-2, atol=2e-2)
 
 
 def test_plans_die_with_their_mask(seed):
