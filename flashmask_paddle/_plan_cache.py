@@ -13,25 +13,24 @@ import collections
 import threading
 from typing import Any, Callable, Hashable, Optional
 
-from ._tensor_stamp import SeenTensor, TensorStamp
+from ._tensor_stamp import SeenTensor, TensorStamp, TensorTable
 
 
 class _MaskEntry:
-    """The plans of one mask tensor and block mask, valid while both are unwritten."""
+    """The plans of one mask tensor (``seen``) and block mask, valid while both are unwritten."""
 
-    __slots__ = ("indices", "block_mask", "plans")
+    __slots__ = ("seen", "block_mask", "plans")
 
-    def __init__(self, indices: SeenTensor, block_mask: Optional[SeenTensor]):
-        self.indices, self.block_mask, self.plans = indices, block_mask, {}
+    def __init__(self, seen: SeenTensor, block_mask: Optional[SeenTensor]):
+        self.seen, self.block_mask, self.plans = seen, block_mask, {}
 
-    def holds(self, indices: Any, place: Hashable, block_mask: Optional[Any], stamp: TensorStamp) -> bool:
-        if (block_mask is None) != (self.block_mask is None):
-            return False
-        return self.indices.matches(indices, place, stamp) and (
-            block_mask is None or self.block_mask.matches(block_mask, stamp.place(block_mask), stamp))
+    def has_block_mask(self, block_mask: Optional[Any], stamp: TensorStamp) -> bool:
+        if block_mask is None or self.block_mask is None:
+            return block_mask is None and self.block_mask is None
+        return self.block_mask.matches(block_mask, stamp.place(block_mask), stamp)
 
     def built_from(self, mask: Any, stamp: TensorStamp) -> bool:
-        return self.indices.views(mask, stamp) or (self.block_mask is not None and self.block_mask.views(mask, stamp))
+        return self.seen.views(mask, stamp) or (self.block_mask is not None and self.block_mask.views(mask, stamp))
 
 
 class PlanCache:
@@ -43,12 +42,11 @@ class PlanCache:
     """
 
     def __init__(self, stamp: TensorStamp, maskless_kept: int = 8):
-        # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
+        # Re-entrant, as the table's: building a plan may run garbage collection.
         self._lock = threading.RLock()
-        self._by_mask: dict[Hashable, _MaskEntry] = {}  # by the mask tensor's place
+        self._by_mask = TensorTable(stamp)
         self._maskless: collections.OrderedDict = collections.OrderedDict()
         self._maskless_kept = maskless_kept
-        self._stamp = stamp
 
     def get_or_build(self, indices: Optional[Any], block_mask: Optional[Any], plan_id: Hashable,
                      build: Callable[[], Any]) -> Any:
@@ -63,24 +61,15 @@ class PlanCache:
                 else:
                     self._maskless.move_to_end(plan_id)
                 return plan
-            place = self._stamp.place(indices)
-            entry = self._by_mask.get(place)
-            if entry is None or not entry.holds(indices, place, block_mask, self._stamp):
-                entry = _MaskEntry(SeenTensor(indices, self._stamp, self._forget(place)),
-                                   None if block_mask is None else SeenTensor(block_mask, self._stamp))
-                self._by_mask[place] = entry
+            stamp = self._by_mask.stamp
+            entry = self._by_mask.find(indices, lambda e: e.has_block_mask(block_mask, stamp))
+            if entry is None:
+                block_seen = None if block_mask is None else SeenTensor(block_mask, stamp)
+                entry = self._by_mask.add(indices, lambda seen: _MaskEntry(seen, block_seen))
             plan = entry.plans.get(plan_id)
             if plan is None:
                 plan = entry.plans[plan_id] = build()
             return plan
-
-    def _forget(self, place: Hashable):
-        def drop(ref):  # the mask tensor is gone: free its plans (unless another took its place)
-            with self._lock:
-                entry = self._by_mask.get(place)
-                if entry is not None and entry.indices.ref is ref:
-                    del self._by_mask[place]
-        return drop
 
     def clear(self, mask: Optional[Any] = None) -> None:
         """Drops every plan, or with ``mask`` the plans built from that mask or block mask tensor
@@ -90,10 +79,8 @@ class PlanCache:
                 self._by_mask.clear()
                 self._maskless.clear()
                 return
-            for key, entry in list(self._by_mask.items()):
-                if entry.built_from(mask, self._stamp):
-                    del self._by_mask[key]
+            self._by_mask.remove_if(lambda entry: entry.built_from(mask, self._by_mask.stamp))
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(len(e.plans) for e in list(self._by_mask.values())) + len(self._maskless)
+            return sum(len(e.plans) for e in self._by_mask) + len(self._maskless)

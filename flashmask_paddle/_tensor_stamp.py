@@ -10,14 +10,20 @@ frameworks, the version counter, so an in-place write through either is seen by 
 stale once its tensor is gone (its memory may hold another tensor now), has moved to other memory
 or has been written in place.
 
+Entries stay one per tensor object, as the object's own stamp changes (an in-place write, or its
+storage swapped without one, e.g. torch's ``x.data = y``): its entry is replaced, so an old entry
+never matches the tensor again when it returns to earlier memory. Aliases are found through an
+index of which tensor was last seen at each place.
+
 Framework-free: a binding names its tensors' version counter and strides in a ``TensorStamp``.
 """
 from __future__ import annotations
 
+import threading
 import weakref
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Iterator, Optional
 
-__all__ = ["TensorStamp", "SeenTensor", "PADDLE", "TORCH"]
+__all__ = ["TensorStamp", "SeenTensor", "TensorTable", "PADDLE", "TORCH"]
 
 
 class TensorStamp:
@@ -66,3 +72,74 @@ class SeenTensor:
     def views(self, t: Any, stamp: TensorStamp) -> bool:
         """``t`` views this tensor's memory (at any version): what a request to forget it means."""
         return stamp.place(t) == self.place and self._owner(stamp) is not None
+
+
+class TensorTable:
+    """Entries per tensor object, found by that tensor or a live alias of it.
+
+    An entry is any object with a ``seen`` attribute (the ``SeenTensor`` it was made from, created
+    by ``add``). An entry goes with its tensor (a weak reference), and ``add`` replaces the
+    tensor's previous entry.
+    """
+
+    def __init__(self, stamp: TensorStamp):
+        self.stamp = stamp
+        # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
+        self._lock = threading.RLock()
+        self._by_id: dict[int, Any] = {}
+        self._id_at: dict[Hashable, int] = {}  # place -> id of the tensor last added there
+
+    def find(self, t: Any, accept: Callable[[Any], bool] = lambda entry: True) -> Optional[Any]:
+        """The entry of ``t``, or of a live tensor ``t`` aliases, if it still matches ``t`` and
+        ``accept`` takes it."""
+        place = self.stamp.place(t)
+        with self._lock:
+            candidates = [self._by_id.get(id(t))]
+            owner = self._id_at.get(place)
+            if owner is not None and owner != id(t):
+                candidates.append(self._by_id.get(owner))
+        for entry in candidates:
+            if entry is not None and entry.seen.matches(t, place, self.stamp) and accept(entry):
+                return entry
+        return None
+
+    def add(self, t: Any, make: Callable[[SeenTensor], Any]) -> Any:
+        """Makes ``t``'s entry (``make(seen)``), replacing its previous one."""
+        key = id(t)
+        with self._lock:
+            previous = self._by_id.get(key)
+            if previous is not None:
+                self._remove(key, previous)
+            seen = SeenTensor(t, self.stamp, self._forget(key))
+            entry = self._by_id[key] = make(seen)
+            self._id_at[seen.place] = key
+            return entry
+
+    def _forget(self, key: int):
+        def drop(ref):  # the tensor is gone: its entry with it (unless its id is another's now)
+            with self._lock:
+                entry = self._by_id.get(key)
+                if entry is not None and entry.seen.ref is ref:
+                    self._remove(key, entry)
+        return drop
+
+    def _remove(self, key: int, entry: Any) -> None:
+        del self._by_id[key]
+        if self._id_at.get(entry.seen.place) == key:
+            del self._id_at[entry.seen.place]
+
+    def remove_if(self, condition: Callable[[Any], bool]) -> None:
+        """Drops the entries ``condition`` holds for."""
+        with self._lock:
+            for key, entry in list(self._by_id.items()):
+                if condition(entry):
+                    self._remove(key, entry)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_id.clear()
+            self._id_at.clear()
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            return iter(list(self._by_id.values()))

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _env
 from ._capabilities import Capabilities
-from ._tensor_stamp import SeenTensor, TensorStamp
+from ._tensor_stamp import SeenTensor, TensorStamp, TensorTable
 from .masks._core import check_bound_columns, validate  # numpy only, like this module
 
 __all__ = ["Dims", "dtype_name", "check_qkv", "check_indices_layout", "check_indices_values",
@@ -196,24 +196,22 @@ class OncePerTensor:
     skips the checks.
     """
 
-    def __init__(self, stamp: TensorStamp, limit: int = 256):
-        self._stamp = stamp
-        self._seen: dict = {}  # the tensor's place -> (SeenTensor, key)
-        self._limit = limit
+    def __init__(self, stamp: TensorStamp):
+        self._seen = TensorTable(stamp)
 
     def run(self, tensor, key: Hashable, check: Callable[[], None]) -> None:
         if not _env.flag("FLASHMASK_CHECK_BOUNDS"):
             return
-        place = self._stamp.place(tensor)
-        seen = self._seen.get(place)
-        if seen is not None and seen[1] == key and seen[0].matches(tensor, place, self._stamp):
+        if self._seen.find(tensor, lambda entry: entry.key == key) is not None:
             return
         check()
-        if len(self._seen) > self._limit:  # forget tensors that are gone
-            for gone in [p for p, (t, _) in self._seen.items() if t.ref() is None]:
-                del self._seen[gone]
-        self._seen[place] = (SeenTensor(tensor, self._stamp), key)
+        self._seen.add(tensor, lambda seen: _Checked(seen, key))
 
     def forget(self, tensor) -> None:
         """The next ``run`` with ``tensor`` (or an alias of it) checks it again."""
-        self._seen.pop(self._stamp.place(tensor), None)
+        self._seen.remove_if(lambda entry: entry.seen.views(tensor, self._seen.stamp))
+
+
+class _Checked(NamedTuple):
+    seen: SeenTensor
+    key: Hashable

@@ -159,9 +159,10 @@ def prepare_mask_plan(query, key, value, startend_row_indices=None, *, causal=Fa
 def clear_mask_plans(*masks) -> None:
     """Drops every cached mask plan (their memory returns to Paddle's allocator), or, given
     ``startend_row_indices`` / ``block_mask`` tensors, their plans and the record that their values
-    were checked. Needed after refilling a mask in place with ``Tensor.copy_`` or ``set_value``,
-    which in Paddle 3.3 do not mark a tensor as changed (indexed assignment, ``fill_`` and
-    ``paddle.assign(x, output=mask)`` do, and the next call then sees the new values)."""
+    were checked. Needed after refilling a mask in place with ``Tensor.copy_``, ``set_value`` or
+    ``paddle.assign(numpy_array, output=mask)``, which in Paddle 3.3 do not mark a tensor as
+    changed (indexed assignment, ``fill_`` and ``paddle.assign(tensor, output=mask)`` do, and the
+    next call then sees the new values)."""
     if not masks:
         _plans.clear_mask_plans()
     for mask in masks:

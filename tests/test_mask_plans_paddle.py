@@ -13,29 +13,11 @@ import pytest
 from flashmask_paddle import _ops, _plans, cached_plan_count, clear_mask_plans, flashmask_attention, masks
 from flashmask_paddle import prepare_mask_plan
 from flashmask_paddle._plan_cache import PlanCache
-from flashmask_paddle._tensor_stamp import TensorStamp
-
-
-class _Tensorish:
-    """A weak-referenceable stand-in for a mask tensor: an in-place version, a data pointer, a layout."""
-
-    def __init__(self, pointer: int = 0x1000, shape=(1, 1, 8, 2)):
-        self.version, self.pointer, self.shape, self.dtype = 0, pointer, shape, "int32"
-
-    def data_ptr(self) -> int:
-        return self.pointer
-
-    def alias(self) -> "_Tensorish":  # a detached copy: same memory, its own object
-        copy = _Tensorish(self.pointer, self.shape)
-        copy.version = self.version
-        return copy
-
-
-_STAMP = TensorStamp(version=lambda t: t.version, strides=lambda t: (len(t.shape),))
+from tensor_standin import STAMP, StandInTensor as _Tensorish
 
 
 def _cache(**kwargs) -> PlanCache:
-    return PlanCache(_STAMP, **kwargs)
+    return PlanCache(STAMP, **kwargs)
 
 
 def test_cache_builds_once_per_mask_stamp_and_plan_id():
@@ -82,13 +64,24 @@ def test_cache_serves_a_live_alias_of_a_mask_until_either_is_written():
     assert cache.get_or_build(mask, block, "fwd", lambda: "a") == "a"
     assert cache.get_or_build(mask.alias(), block.alias(), "fwd", lambda: "b") == "a"
     assert cache.get_or_build(mask.alias(), None, "fwd", lambda: "c") == "c", "without the block mask: other plans"
-    assert cache.get_or_build(mask, block, "fwd", lambda: "d") == "d"
+    assert cache.get_or_build(mask, block, "fwd", lambda: "d") == "a", "the alias's own entry left the mask's"
     copy = mask.alias()
     copy.version += 1  # written through the copy (the version counter is shared: the mask's moves too)
     mask.version += 1
     assert cache.get_or_build(copy, block, "fwd", lambda: "e") == "e"
     other_layout = _Tensorish(mask.pointer, (1, 1, 2, 8))
     assert cache.get_or_build(other_layout, block, "fwd", lambda: "f") == "f", "same memory, other layout"
+
+
+def test_cache_keeps_one_entry_per_mask_tensor_as_its_storage_moves():
+    """A mask whose storage is swapped without an in-place version bump (torch's ``x.data = y``) is
+    a new mask; back at its first memory (refilled meanwhile) it is new again."""
+    cache, mask = _cache(), _Tensorish(0x1000)
+    assert cache.get_or_build(mask, None, "fwd", lambda: "a") == "a"
+    for step, pointer in enumerate((0x2000, 0x3000, 0x1000)):
+        mask.pointer = pointer
+        assert cache.get_or_build(mask, None, "fwd", lambda step=step: step) == step
+    assert len(cache) == 1
 
 
 def test_cache_does_not_serve_a_new_tensor_in_the_memory_of_one_that_is_gone():
