@@ -33,3 +33,37 @@ def test_cpu_binding_returns_lse_shape_and_dtype():
     out, lse = flashmask_attention(q, k, v, causal=True, return_softmax_lse=True)
     assert out.dtype == torch.float32 and out.shape == q.shape
     assert lse.dtype == torch.float32 and lse.shape == (1, 2, 20)
+
+
+def test_reentrant_checkpoint_checks_the_mask_once_and_keeps_the_gradients(monkeypatch):
+    """torch's reentrant checkpoint re-runs each layer on detached copies of its inputs, the mask
+    too: the copies share its memory and version counter, so its values are checked once; a write
+    through a copy is checked again."""
+    from torch.utils.checkpoint import checkpoint
+
+    from flashmask_paddle import _validate, masks
+    from flashmask_paddle.torch import flashmask_attention
+
+    checks = []
+    real_check = _validate.check_indices_values
+    monkeypatch.setattr(_validate, "check_indices_values", lambda *a: checks.append(1) or real_check(*a))
+    idx = torch.from_numpy(masks.causal_document([40, 37, 23])[0])
+    x0 = torch.from_numpy(np.random.default_rng(SEED).standard_normal((1, 100, 2, 16)).astype(np.float32))
+
+    def layer(x, mask):
+        return flashmask_attention(x, x * 0.5, x * 0.25, mask, causal=True)
+
+    grads = []
+    for recompute in (True, False):
+        x = x0.clone().requires_grad_(True)
+        hidden = x
+        for _ in range(3):
+            hidden = checkpoint(layer, hidden, idx, use_reentrant=True) if recompute else layer(hidden, idx)
+        hidden.sum().backward()
+        grads.append(x.grad)
+    assert len(checks) == 1, "the mask or a copy of it was checked again"
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-5)
+    copy = idx.detach()
+    copy[0, 0, 3, 0] = 101  # out of [0, Sq]
+    with pytest.raises(ValueError, match="startend_row_indices"):
+        layer(x0, idx)
