@@ -54,7 +54,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -231,17 +231,23 @@ def row_intervals(torch, bounds, causal: bool, seqlen_q: int, seqlen_k: int, row
 
 
 # ----------------------------------------------------------------------------- timing
-SMOKE = False  # --smoke: CPU, fp32, host clock (checks the script's plumbing, numbers meaningless)
+class RunSettings(NamedTuple):
+    """How this run times, from the command line (main sets RUN)."""
+
+    smoke: bool = False  # --smoke: CPU, fp32, host clock (checks the script's plumbing, numbers meaningless)
+    warmup_s: float = 0.0  # --warmup-s
+    settle_ms: float = 0.0  # --settle-ms
+    min_window_ms: float = 0.0  # --min-window-ms
+    kernel_time: bool = False  # --kernel-time
+    clock_read: Callable | None = None  # the timed GPU's (SM clock, power) reader (NVML), None without it
+
+
+RUN = RunSettings()
 
 
 def sync(torch):
-    if not SMOKE:
+    if not RUN.smoke:
         torch.cuda.synchronize()
-
-
-WARMUP_S = 0.0  # --warmup-s
-SETTLE_MS = 0.0  # --settle-ms
-MIN_WINDOW_MS = 0.0  # --min-window-ms
 
 
 # The spin kernel's clock rate is taken at the H200's highest SM clock, so that a spin of
@@ -272,12 +278,12 @@ def timing_window(call_ms: float, host_ms: float, reps: int, settle_ms: float, m
 
 def time_ms(torch, fn, warmup: int, reps: int, settle_ms: float = 0.0, min_window_ms: float = 0.0) -> Timing:
     """fn's GPU time per call: the median of `reps` calls (at least min_window_ms of GPU work), each
-    between CUDA events, after `warmup` calls and WARMUP_S seconds of warm-up."""
+    between CUDA events, after `warmup` calls and RUN.warmup_s seconds of warm-up."""
     t0 = time.perf_counter()
     calls = 0
     host_s = []  # each warm-up call's host time
     group_s, t_group = [], time.perf_counter()  # wall time of each group of 8 synchronised calls
-    while calls < warmup or time.perf_counter() - t0 < WARMUP_S:
+    while calls < warmup or time.perf_counter() - t0 < RUN.warmup_s:
         t_call = time.perf_counter()
         fn()
         host_s.append(time.perf_counter() - t_call)
@@ -289,7 +295,7 @@ def time_ms(torch, fn, warmup: int, reps: int, settle_ms: float = 0.0, min_windo
     sync(torch)
     host_ms = float(np.median(host_s)) * 1e3
     times = []
-    if SMOKE:
+    if RUN.smoke:
         for _ in range(reps):
             t0 = time.perf_counter()
             fn()
@@ -336,10 +342,6 @@ def time_mask_build(torch, make, extra: dict, name: str):
     extra[f"{name}_ms"] = time_ms(torch, make, 1, 3).gpu_ms
     extra[f"{name}_wall_ms"] = host_seconds(torch, make, 3) * 1e3
     return built
-
-
-KERNEL_TIME = False  # --kernel-time
-CLOCK_READ = None  # the timed GPU's (SM clock, power) reader (NVML), None without it
 
 
 def kernel_ms(torch, fn, reps: int) -> float:
@@ -660,8 +662,8 @@ def set_up(torch, p: Prepared, case) -> None:
 def timed(torch, fn, warmup: int, reps: int):
     """fn timed once (time_ms) with the GPU's clock sampled over its warm-up and timed calls:
     (Timing, ClockSample or None)."""
-    with ClockSampler(CLOCK_READ) as clock:
-        timing = time_ms(torch, fn, warmup, reps, SETTLE_MS, MIN_WINDOW_MS)
+    with ClockSampler(RUN.clock_read) as clock:
+        timing = time_ms(torch, fn, warmup, reps, RUN.settle_ms, RUN.min_window_ms)
     return timing, clock.result
 
 
@@ -711,13 +713,13 @@ def record(torch, p: Prepared, reps: int) -> None:
     """Writes p's rounds into its row (phase_fields), then --kernel-time's pass, once per phase
     after the rounds. A failing forward pass raises; a failing backward one keeps the forward."""
     p.row.update(phase_fields("fwd", p.rounds["fwd"]))
-    if KERNEL_TIME:
+    if RUN.kernel_time:
         with torch.no_grad():
             p.row["fwd_kernel_ms"] = round(kernel_ms(torch, p.fwd, reps), 4)
     if p.bwd is None:
         return
     p.row.update(phase_fields("bwd", p.rounds["bwd"]))
-    if KERNEL_TIME:
+    if RUN.kernel_time:
         try:
             p.row["bwd_kernel_ms"] = round(kernel_ms(torch, p.bwd, reps), 4)
         except Exception as e:
@@ -730,7 +732,7 @@ def drop(torch, p: Prepared, e: Exception) -> None:
     p.row["error"] = error_text(e, 200)
     p.fwd = p.bwd = p.output = None
     p.rounds = {"fwd": [], "bwd": []}
-    if not SMOKE:
+    if not RUN.smoke:
         torch.cuda.empty_cache()
 
 
@@ -809,7 +811,7 @@ def bench_case(torch, impls, case, base: dict, args, done) -> None:
 
 
 def make_case(torch, mask_name, seqlen, batch, heads, heads_k, head_dim, dtype, seed, dropout=0.0):
-    dev = torch.device("cpu" if SMOKE else "cuda")
+    dev = torch.device("cpu" if RUN.smoke else "cuda")
     docs = []
     cm = build_mask(mask_name, seqlen, batch, seed, docs)
     indices = torch.from_numpy(cm.indices).to(dev)
@@ -915,24 +917,24 @@ def plot(rows, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-_PREVIOUS = None  # the --append file's content as found at start
+class ResultFile:
+    """--json: rewritten with every row so far after each row set (what a timeout leaves), after
+    the rows of the file found at start with --append."""
 
+    def __init__(self, path: Path, append: bool):
+        self.path = path
+        self.previous = json.loads(path.read_text()) if append and path.is_file() else {"meta": {}, "rows": []}
 
-def _write_json(args, meta, rows, wall_s):
-    """Writes (or rewrites) --json with this run's rows, after those of the file found at start
-    when --append; returns every row."""
-    global _PREVIOUS
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    if _PREVIOUS is None:
-        _PREVIOUS = (json.loads(args.json.read_text()) if args.append and args.json.is_file()
-                     else {"meta": {}, "rows": []})
-    out_meta = dict(meta, wall_s=round(wall_s, 1))
-    if _PREVIOUS["meta"]:
-        out_meta["command"] = _PREVIOUS["meta"]["command"] + " ;; " + meta["command"]
-        out_meta["wall_s"] = round(_PREVIOUS["meta"].get("wall_s", 0) + wall_s, 1)
-    every = _PREVIOUS["rows"] + rows
-    args.json.write_text(json.dumps({"meta": out_meta, "rows": every}, indent=1))
-    return every
+    def write(self, meta: dict, rows: list, wall_s: float) -> list:
+        """Writes the run's rows after the previous ones; returns them all."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        out_meta = dict(meta, wall_s=round(wall_s, 1))
+        if self.previous["meta"]:
+            out_meta["command"] = self.previous["meta"]["command"] + " ;; " + meta["command"]
+            out_meta["wall_s"] = round(self.previous["meta"].get("wall_s", 0) + wall_s, 1)
+        every = self.previous["rows"] + rows
+        self.path.write_text(json.dumps({"meta": out_meta, "rows": every}, indent=1))
+        return every
 
 
 def parse_args(argv):
@@ -981,41 +983,40 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    global SMOKE, WARMUP_S, SETTLE_MS, MIN_WINDOW_MS, KERNEL_TIME, CLOCK_READ
-    SMOKE = args.smoke
-    KERNEL_TIME = args.kernel_time and not SMOKE
-    WARMUP_S = 0.0 if SMOKE else args.warmup_s
-    SETTLE_MS, MIN_WINDOW_MS = args.settle_ms, args.min_window_ms
-    if not SMOKE and not torch.cuda.is_available():
+    global RUN
+    smoke = args.smoke
+    if not smoke and not torch.cuda.is_available():
         print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
         return 2
-    if not SMOKE:
-        CLOCK_READ = current_cuda_reader(torch)
+    RUN = RunSettings(smoke=smoke, warmup_s=0.0 if smoke else args.warmup_s, settle_ms=args.settle_ms,
+                      min_window_ms=args.min_window_ms, kernel_time=args.kernel_time and not smoke,
+                      clock_read=None if smoke else current_cuda_reader(torch))
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
-    if SMOKE:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
+    if smoke:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
         dtypes = {name: torch.float32 for name in dtypes}
         args.impls = [i for i in args.impls if i in ("flashmask", "flex")]
     impls = make_impls(torch, args.impls, args.variant)
     meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-            "commit": provenance.git_commit(), "torch": torch.__version__, "device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
+            "commit": provenance.git_commit(), "torch": torch.__version__, "device": "cpu (smoke)" if smoke else torch.cuda.get_device_name(),
             "date": provenance.utc_now(),
             "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call), "
                       "untimed calls of settle_ms GPU time between the spin and the timed ones, at least min_window_ms of timed calls, "
                       "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
-            "kernel_time": KERNEL_TIME, "warmup": args.warmup, "warmup_s": WARMUP_S, "reps": args.reps,
-            "settle_ms": SETTLE_MS, "min_window_ms": MIN_WINDOW_MS, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens}
+            "kernel_time": RUN.kernel_time, "warmup": args.warmup, "warmup_s": RUN.warmup_s, "reps": args.reps,
+            "settle_ms": RUN.settle_ms, "min_window_ms": RUN.min_window_ms, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens}
     if args.rounds > 1:
         meta["method"] += (f"; {args.rounds} rounds per row, the implementations timed in alternating order "
                            "(list order in even rounds, reversed in odd ones: ABBA), median over the rounds")
     rows = []
     t_start = time.time()
+    result = ResultFile(args.json, args.append)
 
     def done(row):
         rows.append(row)
         if "skipped" not in row:
             print(table([row]).splitlines()[-1], flush=True)
-            _write_json(args, meta, rows, time.time() - t_start)  # survives a timeout
+            result.write(meta, rows, time.time() - t_start)  # survives a timeout
 
     for seqlen in args.seqlens:
         batch = max(1, args.tokens // seqlen)
@@ -1027,15 +1028,15 @@ def main(argv=None) -> int:
                                          dtypes[dt_name], args.seed, args.dropout)
                         base = {"mask": mask_name, "seqlen": seqlen, "batch": batch, "heads": args.heads,
                                 "heads_k": heads_k, "head_dim": head_dim,
-                                "dtype": "fp32" if SMOKE else dt_name, "density": round(case["density"], 4),
+                                "dtype": "fp32" if smoke else dt_name, "density": round(case["density"], 4),
                                 "pairs": case["pairs"]}
                         if args.dropout:
                             base["dropout"] = args.dropout
                         bench_case(torch, impls, case, base, args, done)
                         del case
-                        if not SMOKE:
+                        if not smoke:
                             torch.cuda.empty_cache()
-    rows = _write_json(args, meta, rows, time.time() - t_start)
+    rows = result.write(meta, rows, time.time() - t_start)
     print()
     print(table(rows))
     png = args.png or args.json.with_suffix(".png")

@@ -98,9 +98,7 @@ def smoke(tmp_path, monkeypatch):
     """Runs kernel_bench.main in smoke mode (CPU torch; ours and one variant of it) with extra
     arguments; returns its JSON and the order time_round saw (impl, mask) in."""
     pytest.importorskip("torch")
-    for name in ("SMOKE", "WARMUP_S", "KERNEL_TIME", "CLOCK_READ", "_PREVIOUS"):  # main sets them
-        monkeypatch.setattr(kernel_bench, name, getattr(kernel_bench, name))
-    monkeypatch.setattr(kernel_bench, "_PREVIOUS", None)
+    monkeypatch.setattr(kernel_bench, "RUN", kernel_bench.RUN)  # main sets it
     timed, time_round = [], kernel_bench.time_round
 
     def recording(torch, p, warmup, reps):
@@ -142,13 +140,13 @@ def test_rounds_time_each_row_in_abba_order_and_report_the_median(smoke):
 def test_rows_are_written_with_their_cross_check(smoke, monkeypatch):
     """Each JSON write during the run (what a timeout leaves) already has the written rows' error
     against ours: rows are handed on only after their row set's outputs were compared."""
-    writes, write_json = [], kernel_bench._write_json
+    writes, write = [], kernel_bench.ResultFile.write
 
-    def recording(args, meta, rows, wall_s):
+    def recording(self, meta, rows, wall_s):
         writes.append([dict(r) for r in rows])
-        return write_json(args, meta, rows, wall_s)
+        return write(self, meta, rows, wall_s)
 
-    monkeypatch.setattr(kernel_bench, "_write_json", recording)
+    monkeypatch.setattr(kernel_bench.ResultFile, "write", recording)
     smoke()
     during_run = writes[:-1]  # the last write is the final one
     assert len(during_run) == 4
@@ -163,6 +161,15 @@ def test_one_round_rows_carry_no_per_round_fields(smoke):
     for r in result["rows"]:
         assert r["fwd_ms"] > 0 and r["bwd_ms"] > 0 and r["fwd_host_ms"] > 0
         assert not [key for key in r if key.endswith("_rounds")], r
+
+
+def test_append_keeps_the_rows_and_commands_of_the_file_found_at_start(smoke):
+    first, _ = smoke()
+    both, _ = smoke("--append")
+    assert both["rows"][:4] == first["rows"] and len(both["rows"]) == 8
+    assert both["meta"]["command"] == first["meta"]["command"] + " ;; " + first["meta"]["command"] + " --append"
+    again, _ = smoke()
+    assert len(again["rows"]) == 4, "without --append the file is rewritten"
 
 
 def test_timing_window_fills_short_calls_up_to_the_minimum_window_and_settles_first():
