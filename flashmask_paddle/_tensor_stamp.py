@@ -2,20 +2,20 @@
 mask's values: the host-side value checks (``_validate.OncePerTensor``) and the CUDA mask plans
 (``_plan_cache.PlanCache``).
 
-A result is found again by any tensor that views the same memory in the same layout at the same
-in-place version while the tensor it was made from is alive: that tensor itself, or a detached copy
-of it. Reentrant recompute (Paddle's ``fleet.utils.recompute``, torch's reentrant checkpoint)
-re-runs each layer on ``x.detach()`` copies of its inputs; a copy shares the storage and, in both
-frameworks, the version counter, so an in-place write through either is seen by both. A result is
-stale once its tensor is gone (its memory may hold another tensor now), has moved to other memory
-or has been written in place.
+A result is found again by the tensor it was made from, at the same memory and in-place version,
+and by a live alias of that tensor: one that shares its storage (not merely its address: two
+wrappers of one buffer from numpy or DLPack keep a version counter each), in the same layout, at
+the same version, while the tensor is alive and unmoved. That is a detached copy: reentrant
+recompute (Paddle's ``fleet.utils.recompute``, torch's reentrant checkpoint) re-runs each layer on
+``x.detach()`` copies of its inputs, which share the storage and, in both frameworks, the version
+counter, so an in-place write through either is seen by both. (torch's ``x.data`` shares the
+storage with a counter of its own: writes through it are not seen, as they never were by ``x``.)
 
-Entries stay one per tensor object, as the object's own stamp changes (an in-place write, or its
-storage swapped without one, e.g. torch's ``x.data = y``): its entry is replaced, so an old entry
-never matches the tensor again when it returns to earlier memory. Aliases are found through an
-index of which tensor was last seen at each place.
+Entries are one per tensor object: seen at other memory or another version, its entry is replaced.
+Aliases are found through an index of the tensors with an entry at each place.
 
-Framework-free: a binding names its tensors' version counter and strides in a ``TensorStamp``.
+Framework-free: a binding names its tensors' version counter, strides and storage sharing in a
+``TensorStamp``.
 """
 from __future__ import annotations
 
@@ -27,12 +27,15 @@ __all__ = ["TensorStamp", "SeenTensor", "TensorTable", "PADDLE", "TORCH"]
 
 
 class TensorStamp:
-    """A binding's reading of a tensor: where its values live (``place``) and their version."""
+    """A binding's reading of a tensor: where its values live (``place``), their version, and
+    whether two tensors share one storage (``shares_storage``: a detached copy does; two wrappers
+    of one buffer from numpy or DLPack, which keep a version counter each, do not)."""
 
-    __slots__ = ("version", "_strides")
+    __slots__ = ("version", "shares_storage", "_strides")
 
-    def __init__(self, version: Callable[[Any], int], strides: Callable[[Any], Any]):
-        self.version, self._strides = version, strides
+    def __init__(self, version: Callable[[Any], int], strides: Callable[[Any], Any],
+                 shares_storage: Callable[[Any, Any], bool]):
+        self.version, self._strides, self.shares_storage = version, strides, shares_storage
 
     def place(self, t: Any) -> Hashable:
         """Data pointer, shape, strides and dtype: equal for two live tensors only when they view
@@ -40,8 +43,10 @@ class TensorStamp:
         return t.data_ptr(), tuple(t.shape), tuple(self._strides(t)), t.dtype
 
 
-PADDLE = TensorStamp(version=lambda t: t._inplace_version(), strides=lambda t: t.strides)
-TORCH = TensorStamp(version=lambda t: t._version, strides=lambda t: t.stride())
+PADDLE = TensorStamp(version=lambda t: t._inplace_version(), strides=lambda t: t.strides,
+                     shares_storage=lambda a, b: a._is_shared_buffer_with(b))
+TORCH = TensorStamp(version=lambda t: t._version, strides=lambda t: t.stride(),
+                    shares_storage=lambda a, b: a.is_set_to(b))
 
 
 class SeenTensor:
@@ -67,7 +72,7 @@ class SeenTensor:
         if owner is t:
             return True
         owner = self._owner(stamp)
-        return owner is not None and stamp.version(owner) == self.version
+        return owner is not None and stamp.version(owner) == self.version and stamp.shares_storage(t, owner)
 
     def views(self, t: Any, stamp: TensorStamp) -> bool:
         """``t`` views this tensor's memory (at any version): what a request to forget it means."""
@@ -87,19 +92,17 @@ class TensorTable:
         # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
         self._lock = threading.RLock()
         self._by_id: dict[int, Any] = {}
-        self._id_at: dict[Hashable, int] = {}  # place -> id of the tensor last added there
+        self._ids_at: dict[Hashable, set[int]] = {}  # place -> ids of the tensors with an entry there
 
     def find(self, t: Any, accept: Callable[[Any], bool] = lambda entry: True) -> Optional[Any]:
         """The entry of ``t``, or of a live tensor ``t`` aliases, if it still matches ``t`` and
         ``accept`` takes it."""
         place = self.stamp.place(t)
         with self._lock:
-            candidates = [self._by_id.get(id(t))]
-            owner = self._id_at.get(place)
-            if owner is not None and owner != id(t):
-                candidates.append(self._by_id.get(owner))
-        for entry in candidates:
-            if entry is not None and entry.seen.matches(t, place, self.stamp) and accept(entry):
+            own = self._by_id.get(id(t))
+            others = [self._by_id[key] for key in self._ids_at.get(place, ()) if key != id(t)]
+        for entry in ([own] if own is not None else []) + others:
+            if entry.seen.matches(t, place, self.stamp) and accept(entry):
                 return entry
         return None
 
@@ -107,12 +110,10 @@ class TensorTable:
         """Makes ``t``'s entry (``make(seen)``), replacing its previous one."""
         key = id(t)
         with self._lock:
-            previous = self._by_id.get(key)
-            if previous is not None:
-                self._remove(key, previous)
+            self._remove(key)
             seen = SeenTensor(t, self.stamp, self._forget(key))
             entry = self._by_id[key] = make(seen)
-            self._id_at[seen.place] = key
+            self._ids_at.setdefault(seen.place, set()).add(key)
             return entry
 
     def _forget(self, key: int):
@@ -120,25 +121,30 @@ class TensorTable:
             with self._lock:
                 entry = self._by_id.get(key)
                 if entry is not None and entry.seen.ref is ref:
-                    self._remove(key, entry)
+                    self._remove(key)
         return drop
 
-    def _remove(self, key: int, entry: Any) -> None:
-        del self._by_id[key]
-        if self._id_at.get(entry.seen.place) == key:
-            del self._id_at[entry.seen.place]
+    def _remove(self, key: int) -> None:
+        entry = self._by_id.pop(key, None)
+        if entry is None:
+            return
+        ids = self._ids_at.get(entry.seen.place)
+        if ids is not None:
+            ids.discard(key)
+            if not ids:
+                del self._ids_at[entry.seen.place]
 
     def remove_if(self, condition: Callable[[Any], bool]) -> None:
         """Drops the entries ``condition`` holds for."""
         with self._lock:
             for key, entry in list(self._by_id.items()):
                 if condition(entry):
-                    self._remove(key, entry)
+                    self._remove(key)
 
     def clear(self) -> None:
         with self._lock:
             self._by_id.clear()
-            self._id_at.clear()
+            self._ids_at.clear()
 
     def __iter__(self) -> Iterator[Any]:
         with self._lock:

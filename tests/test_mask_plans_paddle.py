@@ -50,7 +50,7 @@ def test_cache_tells_a_new_block_mask_from_a_gone_one_in_its_memory():
     assert cache.get_or_build(mask, first, "fwd", lambda: "a") == "a"
     del first
     gc.collect()
-    second = _Tensorish(0x2000)
+    second = _Tensorish(0x2000)  # its own storage
     assert cache.get_or_build(mask, second, "fwd", lambda: "b") == "b"
     assert cache.get_or_build(mask, None, "fwd", lambda: "c") == "c"
     second.version += 1
@@ -84,10 +84,29 @@ def test_cache_keeps_one_entry_per_mask_tensor_as_its_storage_moves():
     assert len(cache) == 1
 
 
+def test_cache_does_not_serve_another_wrapper_of_a_live_masks_buffer():
+    """torch.from_numpy or DLPack on one buffer again: same address, a storage and version counter
+    of its own, so a refill of the buffer between the two wrappers is not seen as a write."""
+    cache, mask = _cache(), _Tensorish()
+    cache.get_or_build(mask, None, "fwd", lambda: "a")
+    assert cache.get_or_build(mask.wrapper(), None, "fwd", lambda: "b") == "b"
+
+
+def test_cache_finds_the_mask_for_its_copies_after_another_copys_entry_is_gone():
+    cache, mask, block = _cache(), _Tensorish(), _Tensorish(0x2000, (1, 1, 1, 1))
+    cache.get_or_build(mask, None, "fwd", lambda: "a")
+    other = mask.alias()
+    cache.get_or_build(other, block, "fwd", lambda: "b")  # another entry at the mask's place
+    del other
+    gc.collect()
+    for _ in range(3):
+        assert cache.get_or_build(mask.alias(), None, "fwd", lambda: pytest.fail("rebuilt")) == "a"
+
+
 def test_cache_does_not_serve_a_new_tensor_in_the_memory_of_one_that_is_gone():
     cache, mask = _cache(), _Tensorish()
     cache.get_or_build(mask, None, "fwd", lambda: "a")
-    successor = mask.alias()  # the allocator hands the freed memory to a new tensor, version 0
+    successor = mask.wrapper()  # the allocator hands the freed memory to a new tensor, version 0
     del mask
     gc.collect()
     assert cache.get_or_build(successor, None, "fwd", lambda: "b") == "b"

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
+import pytest
+
 from flashmask_paddle._validate import OncePerTensor
 from tensor_standin import STAMP, StandInTensor
 
@@ -40,7 +43,7 @@ def test_a_new_tensor_in_the_memory_of_a_gone_one_is_checked():
     once, checks, check = _counting()
     mask = StandInTensor()
     once.run(mask, (), check)
-    successor = mask.alias()
+    successor = mask.wrapper()
     del mask
     gc.collect()
     once.run(successor, (), check)
@@ -56,3 +59,36 @@ def test_forget_drops_the_check_of_a_tensor_and_of_its_aliases():
     once.forget(copy)
     once.run(mask, (), check)
     assert len(checks) == 2
+
+
+def test_another_wrapper_of_a_checked_buffer_is_checked():
+    once, checks, check = _counting()
+    mask = StandInTensor()
+    once.run(mask, (), check)
+    once.run(mask.wrapper(), (), check)  # the buffer may have been refilled in between
+    assert len(checks) == 2
+
+
+def test_paddle_detached_copies_are_aliases_and_dlpack_wrappers_are_not():
+    paddle = pytest.importorskip("paddle")
+    from paddle.utils import dlpack
+
+    from flashmask_paddle._tensor_stamp import PADDLE
+
+    mask = paddle.to_tensor(np.arange(12, dtype=np.int32).reshape(1, 1, 6, 2))
+    copy, wrapper = mask.detach(), dlpack.from_dlpack(dlpack.to_dlpack(mask))
+    assert PADDLE.place(copy) == PADDLE.place(mask) == PADDLE.place(wrapper)
+    assert PADDLE.shares_storage(copy, mask) and not PADDLE.shares_storage(wrapper, mask)
+    assert PADDLE.place(mask[:, :, 1:]) != PADDLE.place(mask)
+
+
+def test_torch_detached_copies_are_aliases_and_numpy_wrappers_are_not():
+    torch = pytest.importorskip("torch")
+    from flashmask_paddle._tensor_stamp import TORCH
+
+    buffer = np.arange(12, dtype=np.int32).reshape(1, 1, 6, 2)
+    mask = torch.from_numpy(buffer)
+    copy, wrapper = mask.detach(), torch.from_numpy(buffer)
+    assert TORCH.place(copy) == TORCH.place(mask) == TORCH.place(wrapper)
+    assert TORCH.shares_storage(copy, mask) and not TORCH.shares_storage(wrapper, mask)
+    assert TORCH.place(mask.transpose(2, 3)) != TORCH.place(mask)

@@ -71,15 +71,14 @@ def _args(q, k, v, out, lse, indices, causal, scale, extras: "Extras") -> _capi.
     return a
 
 
-def _use_plan(lib, direction: str, args, indices, extras: "Extras", device) -> int:
-    """Points args at the call's mask plan (built and cached on first use, _plans.py), if any;
-    returns its bytes (0: none)."""
+def _use_plan(lib, direction: str, args, indices, extras: "Extras", device):
+    """Points args at the call's mask plan (built and cached on first use, _plans.py), if any, and
+    returns it (None: none), for the call to hold until its launch."""
     plan = _plans.plan_for(lib, direction, args, indices, extras.block_mask, device,
                            lambda nbytes: _empty((nbytes,), torch.uint8, device))
-    if plan is None:
-        return 0
-    args.plan, args.plan_key, nbytes = plan
-    return nbytes
+    if plan is not None:
+        args.plan, args.plan_key = plan.buffer.data_ptr(), plan.key
+    return plan
 
 
 def _workspace(lib, query, args, device) -> tuple[torch.Tensor, int]:
@@ -111,10 +110,10 @@ def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extra
     args = _args(q, k, v, out, lse, indices, causal, scale, extras)
     if q.is_cuda:
         with torch.cuda.device(q.device):
-            _use_plan(lib, "fwd", args, indices, extras, q.device)
+            plan = _use_plan(lib, "fwd", args, indices, extras, q.device)
             ws, ws_ptr = _workspace(lib, lib.fm_fwd_workspace_bytes, args, q.device)
             _capi.check(lib, lib.fm_fwd_cuda(ctypes.byref(args), ws_ptr, _stream(q.device)), "fm_fwd_cuda")
-            del ws  # the caching allocator keeps it reserved for this stream until the kernel is done
+            del ws, plan  # the caching allocator keeps them reserved for this stream until the kernel is done
     else:
         _capi.check(lib, lib.fm_fwd_cpu(ctypes.byref(args)), "fm_fwd_cpu")
     return out, lse
@@ -133,10 +132,10 @@ def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deter
     args.deterministic = int(bool(deterministic))
     if q.is_cuda:
         with torch.cuda.device(q.device):
-            _use_plan(lib, "bwd", args, indices, extras, q.device)
+            plan = _use_plan(lib, "bwd", args, indices, extras, q.device)
             ws, ws_ptr = _workspace(lib, lib.fm_bwd_workspace_bytes, args, q.device)
             _capi.check(lib, lib.fm_bwd_cuda(ctypes.byref(args), ws_ptr, _stream(q.device)), "fm_bwd_cuda")
-            del ws
+            del ws, plan
     else:
         _capi.check(lib, lib.fm_bwd_cpu(ctypes.byref(args)), "fm_bwd_cpu")
     return dq, dk, dv
@@ -148,8 +147,9 @@ def prepare_plans(q, k, v, indices, causal: bool, extras: Extras, backward: bool
     lib = _capi.load_library()
     args = _args(q, k, v, None, None, indices, causal, 1.0, extras)  # plans need no outputs
     with torch.cuda.device(q.device):
-        return sum(_use_plan(lib, direction, args, indices, extras, q.device)
-                   for direction in (("fwd", "bwd") if backward else ("fwd",)))
+        plans = [_use_plan(lib, direction, args, indices, extras, q.device)
+                 for direction in (("fwd", "bwd") if backward else ("fwd",))]
+    return sum(plan.buffer.numel() for plan in plans if plan is not None)
 
 
 def deterministic_from_env() -> bool:

@@ -55,10 +55,11 @@ def cached_plan_count() -> int:
 
 
 def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Tensor],
-             block_mask: Optional[torch.Tensor], device: torch.device, allocate) -> Optional[tuple[int, int, int]]:
-    """(pointer, key, bytes) of the mask plan of a CUDA call ("fwd" or "bwd"), built on the current
-    stream when it is not cached yet; None when plans are off (the call then preprocesses the mask
-    itself). `allocate(nbytes)` returns a uint8 CUDA tensor for a new plan."""
+             block_mask: Optional[torch.Tensor], device: torch.device, allocate) -> Optional[_Plan]:
+    """The mask plan of a CUDA call ("fwd" or "bwd"), built on the current stream when it is not
+    cached yet; None when plans are off (the call then preprocesses the mask itself). The call holds
+    it until its launch: a plan found through an alias of the mask goes with that mask, which the
+    call does not hold. `allocate(nbytes)` returns a uint8 CUDA tensor for a new plan."""
     if not _env.flag("FLASHMASK_MASK_PLAN") or torch.cuda.is_current_stream_capturing():
         return None
     size_fn = getattr(lib, f"fm_{direction}_plan_size")
@@ -74,4 +75,4 @@ def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Te
 
     plan = _cache.get_or_build(indices, block_mask, (direction, device.index, key.value), build)
     plan.ready_on(stream)
-    return plan.buffer.data_ptr(), plan.key, plan.buffer.numel()
+    return plan
