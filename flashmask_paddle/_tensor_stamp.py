@@ -43,9 +43,13 @@ class TensorStamp:
         return t.data_ptr(), tuple(t.shape), tuple(self._strides(t)), t.dtype
 
 
+# Paddle: a distributed tensor is compared with dense ones only as unshared (the buffer comparison
+# of a distributed tensor with a dense one crashes in Paddle 3.3).
 PADDLE = TensorStamp(version=lambda t: t._inplace_version(), strides=lambda t: t.strides,
-                     shares_storage=lambda a, b: a._is_shared_buffer_with(b))
-TORCH = TensorStamp(version=lambda t: t._version, strides=lambda t: t.stride(),
+                     shares_storage=lambda a, b: a.is_dist() == b.is_dist() and a._is_shared_buffer_with(b))
+# torch: an inference tensor has no version counter (it may be written in inference mode unseen), so
+# it gets a version of its own on every reading and matches nothing.
+TORCH = TensorStamp(version=lambda t: object() if t.is_inference() else t._version, strides=lambda t: t.stride(),
                     shares_storage=lambda a, b: a.is_set_to(b))
 
 
@@ -92,16 +96,20 @@ class TensorTable:
         # Re-entrant: a weak-reference callback may run (garbage collection) while the lock is held.
         self._lock = threading.RLock()
         self._by_id: dict[int, Any] = {}
-        self._ids_at: dict[Hashable, set[int]] = {}  # place -> ids of the tensors with an entry there
+        # place -> ids of the tensors with an entry there (frozen: replaced, never changed, so that
+        # a weak-reference callback during a lookup's iteration cannot change what it iterates)
+        self._ids_at: dict[Hashable, frozenset[int]] = {}
 
     def find(self, t: Any, accept: Callable[[Any], bool] = lambda entry: True) -> Optional[Any]:
         """The entry of ``t``, or of a live tensor ``t`` aliases, if it still matches ``t`` and
         ``accept`` takes it."""
         place = self.stamp.place(t)
+        own = self._by_id.get(id(t))  # a dict read is atomic: the common case takes no lock
+        if own is not None and own.seen.matches(t, place, self.stamp) and accept(own):
+            return own
         with self._lock:
-            own = self._by_id.get(id(t))
             others = [self._by_id[key] for key in self._ids_at.get(place, ()) if key != id(t)]
-        for entry in ([own] if own is not None else []) + others:
+        for entry in others:
             if entry.seen.matches(t, place, self.stamp) and accept(entry):
                 return entry
         return None
@@ -113,7 +121,7 @@ class TensorTable:
             self._remove(key)
             seen = SeenTensor(t, self.stamp, self._forget(key))
             entry = self._by_id[key] = make(seen)
-            self._ids_at.setdefault(seen.place, set()).add(key)
+            self._ids_at[seen.place] = self._ids_at.get(seen.place, frozenset()) | {key}
             return entry
 
     def _forget(self, key: int):
@@ -128,11 +136,11 @@ class TensorTable:
         entry = self._by_id.pop(key, None)
         if entry is None:
             return
-        ids = self._ids_at.get(entry.seen.place)
-        if ids is not None:
-            ids.discard(key)
-            if not ids:
-                del self._ids_at[entry.seen.place]
+        ids = self._ids_at.get(entry.seen.place, frozenset()) - {key}
+        if ids:
+            self._ids_at[entry.seen.place] = ids
+        else:
+            self._ids_at.pop(entry.seen.place, None)
 
     def remove_if(self, condition: Callable[[Any], bool]) -> None:
         """Drops the entries ``condition`` holds for."""

@@ -82,6 +82,19 @@ def test_paddle_detached_copies_are_aliases_and_dlpack_wrappers_are_not():
     assert PADDLE.place(mask[:, :, 1:]) != PADDLE.place(mask)
 
 
+def test_paddle_distributed_tensors_are_no_aliases_of_dense_ones():
+    """Paddle 3.3 crashes comparing a distributed tensor's buffer with a dense tensor's."""
+    paddle = pytest.importorskip("paddle")
+    import paddle.distributed as dist
+
+    from flashmask_paddle._tensor_stamp import PADDLE
+
+    mask = paddle.ones([1, 1, 6, 2], dtype="int32")
+    replicated = dist.shard_tensor(mask, dist.ProcessMesh([0], dim_names=["x"]), [dist.Replicate()])
+    assert replicated.is_dist() and PADDLE.place(replicated) == PADDLE.place(mask)
+    assert not PADDLE.shares_storage(replicated, mask) and not PADDLE.shares_storage(mask, replicated)
+
+
 def test_torch_detached_copies_are_aliases_and_numpy_wrappers_are_not():
     torch = pytest.importorskip("torch")
     from flashmask_paddle._tensor_stamp import TORCH
@@ -92,3 +105,17 @@ def test_torch_detached_copies_are_aliases_and_numpy_wrappers_are_not():
     assert TORCH.place(copy) == TORCH.place(mask) == TORCH.place(wrapper)
     assert TORCH.shares_storage(copy, mask) and not TORCH.shares_storage(wrapper, mask)
     assert TORCH.place(mask.transpose(2, 3)) != TORCH.place(mask)
+
+
+def test_torch_inference_tensors_match_nothing():
+    """An inference tensor has no version counter: its values are checked on every call."""
+    torch = pytest.importorskip("torch")
+    from flashmask_paddle._tensor_stamp import TORCH
+
+    _, checks, check = _counting()
+    once_torch = OncePerTensor(TORCH)
+    with torch.inference_mode():
+        mask = torch.zeros(1, 1, 6, 2, dtype=torch.int32)
+    for _ in range(2):
+        once_torch.run(mask, (), check)
+    assert len(checks) == 2

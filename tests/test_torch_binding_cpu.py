@@ -67,3 +67,17 @@ def test_reentrant_checkpoint_checks_the_mask_once_and_keeps_the_gradients(monke
     copy[0, 0, 3, 0] = 101  # out of [0, Sq]
     with pytest.raises(ValueError, match="startend_row_indices"):
         layer(x0, idx)
+
+
+def test_a_mask_made_in_inference_mode_is_accepted():
+    """Inference tensors have no version counter (reading one raised before): such a mask is
+    checked on every call instead of once."""
+    from flashmask_paddle import masks
+    from flashmask_paddle.torch import flashmask_attention
+
+    with torch.inference_mode():
+        idx = torch.from_numpy(masks.causal_document([30, 20])[0]).clone()
+    x = torch.randn(1, 50, 2, 16)
+    plain = flashmask_attention(x, x, x, torch.from_numpy(masks.causal_document([30, 20])[0]), causal=True)
+    for _ in range(2):
+        torch.testing.assert_close(flashmask_attention(x, x, x, idx, causal=True), plain, rtol=0, atol=0)
