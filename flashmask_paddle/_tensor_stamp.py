@@ -62,10 +62,9 @@ class SeenTensor:
         self.ref = weakref.ref(t) if on_gone is None else weakref.ref(t, on_gone)
         self.place, self.version = stamp.place(t), stamp.version(t)
 
-    def _owner(self, stamp: TensorStamp) -> Optional[Any]:
-        """The tensor, while it is alive and still at its place."""
-        owner = self.ref()
-        return owner if owner is not None and stamp.place(owner) == self.place else None
+    def _unmoved(self, owner: Optional[Any], stamp: TensorStamp) -> bool:
+        """``owner`` (the tensor, or None once it is gone) is alive and still at its place."""
+        return owner is not None and stamp.place(owner) == self.place
 
     def matches(self, t: Any, place: Hashable, stamp: TensorStamp) -> bool:
         """``t`` (at ``place``, ``stamp.place(t)``) has this tensor's values: the tensor itself or a
@@ -73,14 +72,14 @@ class SeenTensor:
         if place != self.place or stamp.version(t) != self.version:
             return False
         owner = self.ref()
-        if owner is t:
-            return True
-        owner = self._owner(stamp)
-        return owner is not None and stamp.version(owner) == self.version and stamp.shares_storage(t, owner)
+        return owner is t or (self._unmoved(owner, stamp) and stamp.version(owner) == self.version
+                              and stamp.shares_storage(t, owner))
 
     def views(self, t: Any, stamp: TensorStamp) -> bool:
-        """``t`` views this tensor's memory (at any version): what a request to forget it means."""
-        return stamp.place(t) == self.place and self._owner(stamp) is not None
+        """``t`` is this tensor, or views its memory (at any version): what a request to forget it
+        means."""
+        owner = self.ref()
+        return owner is t or (stamp.place(t) == self.place and self._unmoved(owner, stamp))
 
 
 class TensorTable:

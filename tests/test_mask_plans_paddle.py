@@ -129,6 +129,10 @@ def test_cache_forgets_one_mask_or_block_mask_on_request():
     assert len(cache) == 1
     cache.clear(block)
     assert len(cache) == 0
+    cache.get_or_build(one, None, "fwd", lambda: 1)
+    one.pointer = 0x4000  # moved since: its old plans are still its own to drop
+    cache.clear(one)
+    assert len(cache) == 0
 
 
 def test_cache_keeps_the_last_maskless_plans():
