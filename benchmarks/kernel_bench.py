@@ -996,9 +996,9 @@ def main(argv=None) -> int:
         dtypes = {name: torch.float32 for name in dtypes}
         args.impls = [i for i in args.impls if i in ("flashmask", "flex")]
     impls = make_impls(torch, args.impls, args.variant)
-    meta = {"command": " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv))),
-            "commit": provenance.git_commit(), "torch": torch.__version__, "device": "cpu (smoke)" if smoke else torch.cuda.get_device_name(),
-            "date": provenance.utc_now(),
+    command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
+    meta = {**provenance.record(command, "cpu (smoke)" if smoke else torch.cuda.get_device_name()),
+            "torch": torch.__version__,
             "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call), "
                       "untimed calls of settle_ms GPU time between the spin and the timed ones, at least min_window_ms of timed calls, "
                       "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
