@@ -81,3 +81,21 @@ def test_a_mask_made_in_inference_mode_is_accepted():
     plain = flashmask_attention(x, x, x, torch.from_numpy(masks.causal_document([30, 20])[0]), causal=True)
     for _ in range(2):
         torch.testing.assert_close(flashmask_attention(x, x, x, idx, causal=True), plain, rtol=0, atol=0)
+
+
+def test_a_mask_view_written_between_the_passes_keeps_the_forwards_mask():
+    """A batch-expanded mask (a view the kernels read a copy of) written in place after the
+    forward: the backward runs on the forward's copy, as autograd's saved values do."""
+    from flashmask_paddle.testing.torch_binding import check_result, make_inputs, run_flashmask
+
+    rng = np.random.default_rng(SEED)
+    case = Case(batch=2, seqlen_q=45, seqlen_k=45, heads_q=4, heads_k=2, head_dim=32, dtype="float32",
+                causal=True, columns=2, mask_heads="hk", seed=SEED)
+    row = torch.from_numpy(case.bounds(rng)[:1])
+    idx = row.expand(case.batch, *row.shape[1:])
+    first = idx.numpy().copy()
+    inputs = make_inputs(case, "cpu")
+    got = run_flashmask(case, *inputs, idx, device="cpu",
+                        after_forward=lambda: row.copy_(torch.from_numpy(case.bounds(rng)[:1])))
+    assert not np.array_equal(first, idx.numpy()), "the write changed nothing"
+    check_result(case, got, *inputs, first)

@@ -40,11 +40,11 @@ def make_inputs(case: Case, device="cuda"):
     return q, k, v, dout
 
 
-def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda", **kwargs):
+def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda", after_forward=None, **kwargs):
     """One forward + backward through the public binding with poisoned outputs; ``kwargs`` go to
     flashmask_attention too (e.g. dropout, fixed_seed_offset). ``indices``: numpy (copied to a new
     tensor), or a tensor used as it is (so that the mask plan cached for it serves the call).
-    Returns float64 numpy (out, lse, dq, dk, dv)."""
+    ``after_forward()`` runs between the two passes. Returns float64 numpy (out, lse, dq, dk, dv)."""
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     idx = indices
     if isinstance(indices, np.ndarray):
@@ -52,6 +52,8 @@ def run_flashmask(case: Case, q, k, v, dout, indices, device="cuda", **kwargs):
     with poisoned_outputs():
         out, lse = flashmask_attention(q, k, v, idx, causal=case.causal, softmax_scale=case.softmax_scale,
                                        return_softmax_lse=True, deterministic=case.deterministic, **kwargs)
+        if after_forward is not None:
+            after_forward()
         out.backward(dout)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -67,7 +69,12 @@ def check(case: Case, device="cuda") -> dict:
 
 def check_run(case: Case, q, k, v, dout, indices, device="cuda") -> dict:
     """`check` on given inputs; ``indices`` as for run_flashmask (numpy, a tensor or None)."""
-    got = run_flashmask(case, q, k, v, dout, indices, device)
+    return check_result(case, run_flashmask(case, q, k, v, dout, indices, device), q, k, v, dout, indices)
+
+
+def check_result(case: Case, got, q, k, v, dout, indices) -> dict:
+    """Compares ``got`` (float64 numpy out, lse, dq, dk, dv) with the fp64 reference of ``case`` on
+    these inputs and ``indices`` (numpy, a tensor or None); raises AssertionError naming what is off."""
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     q64, k64, v64, do64 = (t.double().cpu().numpy() for t in (q, k, v, dout))

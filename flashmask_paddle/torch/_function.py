@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _tensor_stamp
 from . import _ops
 from ._checks import check_inputs
 
@@ -12,16 +13,34 @@ class _FlashMaskAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, indices, causal, scale, deterministic, extras):
         out, lse = _ops.forward(q, k, v, indices, causal, scale, extras)
         ctx.save_for_backward(q, k, v, out, lse, indices)
-        ctx.causal, ctx.scale, ctx.deterministic, ctx.extras = causal, scale, deterministic, extras
+        # The caller's mask tensors by weak reference: the backward takes their plans only while
+        # they hold the values the kernels' copies were made from.
+        ctx.mask_given = tuple(None if t is None else _tensor_stamp.SeenTensor(t, _tensor_stamp.TORCH)
+                               for t in extras.mask_given)
+        ctx.extras = extras._replace(mask_given=(None, None))
+        ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
         ctx.mark_non_differentiable(lse)  # the LSE is an output for inspection, not a loss term
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, indices = ctx.saved_tensors
+        extras = ctx.extras._replace(mask_given=tuple(_unwritten(seen) for seen in ctx.mask_given))
         dq, dk, dv = _ops.backward(q, k, v, out, lse, dout, indices, ctx.causal, ctx.scale,
-                                   ctx.deterministic, ctx.extras)
+                                   ctx.deterministic, extras)
         return dq, dk, dv, None, None, None, None, None
+
+
+def _unwritten(seen):
+    """The tensor ``seen`` was made from, while it is alive, unmoved and unwritten; else None."""
+    t = None if seen is None else seen.ref()
+    stamp = _tensor_stamp.TORCH
+    return t if t is not None and seen.matches(t, stamp.place(t), stamp) else None
+
+
+def _copied(given: tuple, used: tuple) -> tuple:
+    """``Extras.mask_given``: each tensor of ``given`` the kernels read a copy of (else None)."""
+    return tuple(None if g is u else g for g, u in zip(given, used))
 
 
 def _seed_offset(fixed_seed_offset, generator):
@@ -61,11 +80,12 @@ def flashmask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ``return_softmax_lse`` and the int64 ``[seed, offset]`` when ``return_seed_offset`` (a tuple
     when more than one). Fully masked query rows give 0, LSE ``-inf`` and zero gradients.
     """
+    given = (startend_row_indices, block_mask)
     q, k, v, startend_row_indices, block_mask, scale, dropout = check_inputs(
         q, k, v, startend_row_indices, causal, softmax_scale, block_mask, dropout)
     seed_offset = _seed_offset(fixed_seed_offset, generator) if dropout > 0.0 or fixed_seed_offset is not None \
         else (0, 0)
-    extras = _ops.Extras(block_mask, dropout, seed_offset)
+    extras = _ops.Extras(block_mask, dropout, seed_offset, _copied(given, (startend_row_indices, block_mask)))
     deterministic = bool(deterministic) or _ops.deterministic_from_env()
     out, lse = _FlashMaskAttention.apply(q, k, v, startend_row_indices, bool(causal), scale, deterministic,
                                          extras)
@@ -90,12 +110,13 @@ def prepare_mask_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     CPU tensors and with ``FLASHMASK_MASK_PLAN=0`` (nothing to build). Arguments as for
     ``flashmask_attention``.
     """
+    given = (startend_row_indices, block_mask)
     q, k, v, startend_row_indices, block_mask, _, dropout = check_inputs(
         q, k, v, startend_row_indices, causal, None, block_mask, dropout)
     if not q.is_cuda:
         return 0
-    return _ops.prepare_plans(q, k, v, startend_row_indices, bool(causal), _ops.Extras(block_mask, dropout),
-                              bool(backward))
+    extras = _ops.Extras(block_mask, dropout, mask_given=_copied(given, (startend_row_indices, block_mask)))
+    return _ops.prepare_plans(q, k, v, startend_row_indices, bool(causal), extras, bool(backward))
 
 
 __all__ = ["flashmask_attention", "prepare_mask_plan"]

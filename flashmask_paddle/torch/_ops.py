@@ -73,8 +73,11 @@ def _args(q, k, v, out, lse, indices, causal, scale, extras: "Extras") -> _capi.
 
 def _use_plan(lib, direction: str, args, indices, extras: "Extras", device):
     """Points args at the call's mask plan (built and cached on first use, _plans.py), if any, and
-    returns it (None: none), for the call to hold until its launch."""
-    plan = _plans.plan_for(lib, direction, args, indices, extras.block_mask, device,
+    returns it (None: none), for the call to hold until its launch. The plan belongs to the mask
+    tensors the caller gave (``extras.mask_given``) where the kernels read copies of them."""
+    given_indices, given_block_mask = extras.mask_given
+    plan = _plans.plan_for(lib, direction, args, indices if given_indices is None else given_indices,
+                           extras.block_mask if given_block_mask is None else given_block_mask, device,
                            lambda nbytes: _empty((nbytes,), torch.uint8, device))
     if plan is not None:
         args.plan, args.plan_key = plan.buffer.data_ptr(), plan.key
@@ -94,11 +97,15 @@ def _stream(device: torch.device) -> int:
 
 
 class Extras(NamedTuple):
-    """Inputs beyond q, k, v and the mask bounds: the block mask and dropout's (p, (seed, offset))."""
+    """Inputs beyond q, k, v and the mask bounds: the block mask, dropout's (p, (seed, offset)), and
+    the (startend_row_indices, block_mask) tensors the caller gave where the kernels' are contiguous
+    copies of them (None where the kernels read the caller's own): the mask plans follow the
+    caller's tensors, which live across calls, not the copies made per call."""
 
     block_mask: Optional[torch.Tensor] = None
     dropout: float = 0.0
     seed_offset: tuple = (0, 0)
+    mask_given: tuple = (None, None)
 
 
 def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extras()):

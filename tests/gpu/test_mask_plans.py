@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from flashmask_paddle.testing.cases import FORMS, Case  # noqa: E402
-from flashmask_paddle.testing.torch_binding import check_run, make_inputs  # noqa: E402
+from flashmask_paddle.testing.torch_binding import check_result, check_run, make_inputs, run_flashmask  # noqa: E402
 from flashmask_paddle.torch import _capi, _ops, _plans  # noqa: E402
 from flashmask_paddle.torch import clear_mask_plans, flashmask_attention, prepare_mask_plan  # noqa: E402
 
@@ -115,6 +115,39 @@ def test_recomputed_layers_share_the_plans_of_their_mask(seed):
         assert _plans.cached_plan_count() == 2, "one forward and one backward plan for every layer"
     assert torch.isfinite(grads[0]).all()
     torch.testing.assert_close(grads[0], grads[1], rtol=2e-2, atol=2e-2)
+
+
+def _batch_expanded_mask(case: Case, rng) -> tuple[torch.Tensor, torch.Tensor]:
+    """(one batch row of a mask, that row expanded over the batch): a view the kernels cannot
+    read in place (batch stride 0), so each call reads a contiguous copy of it."""
+    row = torch.from_numpy(case.bounds(rng)[:1]).cuda()
+    return row, row.expand(case.batch, *row.shape[1:])
+
+
+def test_a_mask_view_shares_its_plans(seed):
+    """The plans of a mask the kernels read a copy of belong to the caller's tensor, not to the
+    copy made per call: later calls build none."""
+    rng = np.random.default_rng(seed)
+    case = _case(seed, (False, 4))
+    _, idx = _batch_expanded_mask(case, rng)
+    for call in range(3):
+        check_run(case, *make_inputs(_case(seed + 1 + call, (False, 4))), idx)
+        assert _plans.cached_plan_count() == 2, "one forward and one backward plan for the mask view"
+
+
+def test_a_mask_view_written_between_the_passes(seed):
+    """A view written in place after the forward: the backward runs on the forward's copy (the
+    forward's mask) and does not file a plan of those values under the view's new version, which
+    the next call, on the new values, would take."""
+    rng = np.random.default_rng(seed)
+    case = _case(seed, (True, 2))
+    row, idx = _batch_expanded_mask(case, rng)
+    first = idx.cpu().numpy()
+    inputs = make_inputs(case)
+    got = run_flashmask(case, *inputs, idx,
+                        after_forward=lambda: row.copy_(torch.from_numpy(case.bounds(rng)[:1])))
+    check_result(case, got, *inputs, first)
+    check_run(case, *inputs, idx)  # the new values, against their own reference
 
 
 def test_plans_die_with_their_mask(seed):
