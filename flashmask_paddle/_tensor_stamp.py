@@ -75,6 +75,11 @@ class SeenTensor:
         return owner is t or (self._unmoved(owner, stamp) and stamp.version(owner) == self.version
                               and stamp.shares_storage(t, owner))
 
+    def unwritten(self, stamp: TensorStamp) -> Optional[Any]:
+        """The tensor itself while it is alive, unmoved and unwritten since; else None."""
+        owner = self.ref()
+        return owner if owner is not None and self.matches(owner, stamp.place(owner), stamp) else None
+
     def views(self, t: Any, stamp: TensorStamp) -> bool:
         """``t`` is this tensor, or views its memory (at any version): what a request to forget it
         means."""

@@ -8,6 +8,7 @@ import gc
 import numpy as np
 import pytest
 
+from flashmask_paddle._tensor_stamp import SeenTensor
 from flashmask_paddle._validate import OncePerTensor
 from tensor_standin import STAMP, StandInTensor
 
@@ -67,6 +68,21 @@ def test_another_wrapper_of_a_checked_buffer_is_checked():
     once.run(mask, (), check)
     once.run(mask.wrapper(), (), check)  # the buffer may have been refilled in between
     assert len(checks) == 2
+
+
+def test_a_seen_tensor_is_unwritten_until_written_moved_or_gone():
+    for change in ("write", "move", "drop"):
+        mask = StandInTensor()
+        seen = SeenTensor(mask, STAMP)
+        assert seen.unwritten(STAMP) is mask
+        if change == "write":
+            mask.version += 1
+        elif change == "move":
+            mask.pointer = 0x2000
+        else:
+            del mask
+            gc.collect()
+        assert seen.unwritten(STAMP) is None, change
 
 
 def test_paddle_detached_copies_are_aliases_and_dlpack_wrappers_are_not():

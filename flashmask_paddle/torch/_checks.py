@@ -35,12 +35,15 @@ def _once(t, key, check):
 
 
 def check_inputs(q, k, v, indices, causal, softmax_scale, block_mask=None, dropout=0.0):
-    """Validates and returns ``(q, k, v, indices, block_mask, scale, dropout)`` ready for the kernels.
+    """Validates and returns ``(q, k, v, indices, block_mask, scale, dropout, mask_given)`` ready for
+    the kernels; ``mask_given`` is ``Extras.mask_given`` (_ops.py): each of the caller's
+    (indices, block_mask) tensors that the kernels read a contiguous copy of, else None.
 
     ``FLASHMASK_CHECK_BOUNDS=0`` skips the value checks (a device->host copy of a mask the first
     time it is seen); out-of-range bounds then give undefined results.
     """
     _check_tensors(q, k, v, indices, block_mask)
+    given = (indices, block_mask)
     capabilities = _capabilities.query(load_library().fm_path, q.is_cuda)
     dims = _validate.check_qkv(q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, capabilities)
     dropout = _validate.check_dropout(dropout, True)
@@ -55,4 +58,5 @@ def check_inputs(q, k, v, indices, causal, softmax_scale, block_mask=None, dropo
         _once(block_mask, (), lambda: _validate.check_block_mask_values(block_mask.detach().cpu().numpy()))
         block_mask = block_mask.contiguous()
     scale = _validate.check_softmax_scale(softmax_scale, dims.head_dim)
-    return kernel_ready(q), kernel_ready(k), kernel_ready(v), indices, block_mask, scale, dropout
+    mask_given = tuple(None if g is used else g for g, used in zip(given, (indices, block_mask)))
+    return kernel_ready(q), kernel_ready(k), kernel_ready(v), indices, block_mask, scale, dropout, mask_given

@@ -25,22 +25,11 @@ class _FlashMaskAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, indices = ctx.saved_tensors
-        extras = ctx.extras._replace(mask_given=tuple(_unwritten(seen) for seen in ctx.mask_given))
+        extras = ctx.extras._replace(mask_given=tuple(
+            None if seen is None else seen.unwritten(_tensor_stamp.TORCH) for seen in ctx.mask_given))
         dq, dk, dv = _ops.backward(q, k, v, out, lse, dout, indices, ctx.causal, ctx.scale,
                                    ctx.deterministic, extras)
         return dq, dk, dv, None, None, None, None, None
-
-
-def _unwritten(seen):
-    """The tensor ``seen`` was made from, while it is alive, unmoved and unwritten; else None."""
-    t = None if seen is None else seen.ref()
-    stamp = _tensor_stamp.TORCH
-    return t if t is not None and seen.matches(t, stamp.place(t), stamp) else None
-
-
-def _copied(given: tuple, used: tuple) -> tuple:
-    """``Extras.mask_given``: each tensor of ``given`` the kernels read a copy of (else None)."""
-    return tuple(None if g is u else g for g, u in zip(given, used))
 
 
 def _seed_offset(fixed_seed_offset, generator):
@@ -80,12 +69,11 @@ def flashmask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ``return_softmax_lse`` and the int64 ``[seed, offset]`` when ``return_seed_offset`` (a tuple
     when more than one). Fully masked query rows give 0, LSE ``-inf`` and zero gradients.
     """
-    given = (startend_row_indices, block_mask)
-    q, k, v, startend_row_indices, block_mask, scale, dropout = check_inputs(
+    q, k, v, startend_row_indices, block_mask, scale, dropout, mask_given = check_inputs(
         q, k, v, startend_row_indices, causal, softmax_scale, block_mask, dropout)
     seed_offset = _seed_offset(fixed_seed_offset, generator) if dropout > 0.0 or fixed_seed_offset is not None \
         else (0, 0)
-    extras = _ops.Extras(block_mask, dropout, seed_offset, _copied(given, (startend_row_indices, block_mask)))
+    extras = _ops.Extras(block_mask, dropout, seed_offset, mask_given)
     deterministic = bool(deterministic) or _ops.deterministic_from_env()
     out, lse = _FlashMaskAttention.apply(q, k, v, startend_row_indices, bool(causal), scale, deterministic,
                                          extras)
@@ -110,12 +98,11 @@ def prepare_mask_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     CPU tensors and with ``FLASHMASK_MASK_PLAN=0`` (nothing to build). Arguments as for
     ``flashmask_attention``.
     """
-    given = (startend_row_indices, block_mask)
-    q, k, v, startend_row_indices, block_mask, _, dropout = check_inputs(
+    q, k, v, startend_row_indices, block_mask, _, dropout, mask_given = check_inputs(
         q, k, v, startend_row_indices, causal, None, block_mask, dropout)
     if not q.is_cuda:
         return 0
-    extras = _ops.Extras(block_mask, dropout, mask_given=_copied(given, (startend_row_indices, block_mask)))
+    extras = _ops.Extras(block_mask, dropout, mask_given=mask_given)
     return _ops.prepare_plans(q, k, v, startend_row_indices, bool(causal), extras, bool(backward))
 
 
