@@ -276,14 +276,15 @@ def timing_window(call_ms: float, host_ms: float, reps: int, settle_ms: float, m
     return settle, reps, 1.5 * (settle + reps) * host_ms + 0.2
 
 
-def time_ms(torch, fn, warmup: int, reps: int, settle_ms: float = 0.0, min_window_ms: float = 0.0) -> Timing:
+def time_ms(torch, fn, warmup: int, reps: int, warmup_s: float = 0.0, settle_ms: float = 0.0,
+            min_window_ms: float = 0.0) -> Timing:
     """fn's GPU time per call: the median of `reps` calls (at least min_window_ms of GPU work), each
-    between CUDA events, after `warmup` calls and RUN.warmup_s seconds of warm-up."""
+    between CUDA events, after `warmup` calls and at least warmup_s seconds of warm-up."""
     t0 = time.perf_counter()
     calls = 0
     host_s = []  # each warm-up call's host time
     group_s, t_group = [], time.perf_counter()  # wall time of each group of 8 synchronised calls
-    while calls < warmup or time.perf_counter() - t0 < RUN.warmup_s:
+    while calls < warmup or time.perf_counter() - t0 < warmup_s:
         t_call = time.perf_counter()
         fn()
         host_s.append(time.perf_counter() - t_call)
@@ -339,7 +340,7 @@ def time_mask_build(torch, make, extra: dict, name: str):
     built = make()
     sync(torch)
     extra[f"{name}_ms_first"] = (time.perf_counter() - t0) * 1e3
-    extra[f"{name}_ms"] = time_ms(torch, make, 1, 3).gpu_ms
+    extra[f"{name}_ms"] = time_ms(torch, make, 1, 3, RUN.warmup_s).gpu_ms
     extra[f"{name}_wall_ms"] = host_seconds(torch, make, 3) * 1e3
     return built
 
@@ -663,7 +664,7 @@ def timed(torch, fn, warmup: int, reps: int):
     """fn timed once (time_ms) with the GPU's clock sampled over its warm-up and timed calls:
     (Timing, ClockSample or None)."""
     with ClockSampler(RUN.clock_read) as clock:
-        timing = time_ms(torch, fn, warmup, reps, RUN.settle_ms, RUN.min_window_ms)
+        timing = time_ms(torch, fn, warmup, reps, RUN.warmup_s, RUN.settle_ms, RUN.min_window_ms)
     return timing, clock.result
 
 
