@@ -53,7 +53,7 @@ VARIABLES = (
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PERSISTENT", "(auto)",
              "0/1: persistent-grid scheduling of the Hopper forward (tuning and tests).",
-             "paddle_ops/cuda/sm90/fwd_launch_template.cuh"),
+             "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PAYLOAD_TILES", "4",
              "Mask-payload slots per query-block list of the Hopper forward (partial tiles past the "
              "pooled slots evaluate column intervals); 0 turns payloads off (tuning and tests).",

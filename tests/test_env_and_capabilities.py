@@ -3,6 +3,8 @@ capabilities the op library reports (flashmask/check.h through the C ABI's fm_su
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,8 +12,10 @@ import pytest
 from flashmask_paddle import _env, _ops
 
 ROOT = Path(__file__).resolve().parents[1]
-# Reads of a variable in code: getenv("X"), environ.get("X"), environ["X"], $ENV{X}, _env.*("X").
-_READ = re.compile(r"""(?:getenv\(|environ\.get\(|environ\[|\$ENV\{|_env\.(?:flag|value)\()\s*["']?(FLASHMASK_[A-Z0-9_]+)""")
+# Reads of a variable in code: getenv("X"), env_switch("X"), environ.get("X"), environ["X"], $ENV{X},
+# _env.*("X").
+_READ = re.compile(r"""(?:getenv\(|env_switch\(|environ\.get\(|environ\[|\$ENV\{|_env\.(?:flag|value)\()\s*["']?"""
+                   r"""(FLASHMASK_[A-Z0-9_]+)""")
 
 
 def test_docs_env_md_is_generated_from_the_registry():
@@ -40,6 +44,54 @@ def test_every_variable_the_sources_read_is_registered():
 def test_switches_parse_one_way(monkeypatch, text, expected):
     monkeypatch.setenv("FLASHMASK_DETERMINISTIC", text)
     assert _env.flag("FLASHMASK_DETERMINISTIC") is expected
+
+
+_SWITCH_DRIVER = r"""
+#include <cstdio>
+#include <stdexcept>
+#include "env_switch.h"
+int main() {
+  try {
+    const flashmask::EnvSwitch s = flashmask::env_switch("FLASHMASK_DETERMINISTIC");
+    std::puts(s == flashmask::EnvSwitch::kOn ? "on" : s == flashmask::EnvSwitch::kOff ? "off" : "unset");
+  } catch (const std::invalid_argument& e) {
+    std::printf("error: %s\n", e.what());
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def switch_driver(tmp_path_factory):
+    """The kernels' switch parser (paddle_ops/cuda/env_switch.h) built into a small program."""
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    tmp = tmp_path_factory.mktemp("env_switch")
+    (tmp / "driver.cc").write_text(_SWITCH_DRIVER)
+    exe = tmp / "driver"
+    subprocess.run([compiler, "-std=c++17", "-I", str(ROOT / "paddle_ops" / "cuda"), str(tmp / "driver.cc"),
+                    "-o", str(exe)], check=True)
+    return exe
+
+
+@pytest.mark.parametrize("text", ["1", "yes", "ON", "True", "0", "off", "No", "FALSE", ""])
+def test_the_kernels_parse_a_switch_as_python_does(switch_driver, monkeypatch, text):
+    monkeypatch.setenv("FLASHMASK_DETERMINISTIC", text)
+    out = subprocess.run([str(switch_driver)], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ("on" if _env.flag("FLASHMASK_DETERMINISTIC") else "off")
+
+
+def test_the_kernels_refuse_a_misspelt_switch_naming_it(switch_driver, monkeypatch):
+    def run() -> str:
+        return subprocess.run([str(switch_driver)], capture_output=True, text=True, check=True).stdout
+
+    monkeypatch.delenv("FLASHMASK_DETERMINISTIC", raising=False)
+    unset = run()
+    monkeypatch.setenv("FLASHMASK_DETERMINISTIC", "maybe")
+    bad = run()
+    assert unset.strip() == "unset"
+    assert bad.startswith("error:") and "FLASHMASK_DETERMINISTIC" in bad and "'maybe'" in bad
 
 
 def test_a_bad_switch_value_names_the_variable(monkeypatch):

@@ -4,11 +4,9 @@
 // long enough to restart a block), and pass 3 cuts the keys into blocks from the restarts.
 #include "key_blocks.cuh"
 
-#include <cstdlib>
-#include <cstring>
-
 #include <cub/block/block_scan.cuh>
 
+#include "env_switch.h"
 #include "flashmask/check.h"
 #include "flashmask/mask.h"
 #include "preprocess.cuh"
@@ -149,9 +147,8 @@ size_t flags_bytes(const FwdParams& p) { return align_up(size_t(p.batch) * size_
 bool document_key_blocks_apply(const BwdParams& p) {
   if (!p.mask_form.has_indices() || p.seqlen_q != p.seqlen_k || p.block_mask != nullptr || p.dropout_p > 0.f)
     return false;
-  const char* env = std::getenv("FLASHMASK_BWD_DOCUMENT_BLOCKS");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
-  if (env != nullptr && std::strcmp(env, "1") == 0) return true;
+  const EnvSwitch forced = env_switch("FLASHMASK_BWD_DOCUMENT_BLOCKS");
+  if (forced != EnvSwitch::kUnset) return forced == EnvSwitch::kOn;
   // Measured ahead only at D = 128 (H200, 8K rows of documents): at D = 64, whose 128-row query
   // tiles the shifted key blocks cut less evenly, causal documents ran 1-2% slower.
   return cuda_kernel_head_dim(p.head_dim, p.head_dim_v) == 128;

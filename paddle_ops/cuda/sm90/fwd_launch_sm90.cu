@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "../env_switch.h"
 #include "../utils.cuh"
 #include "../mask_plan.h"
 #include "fwd_sm90.h"
@@ -61,9 +62,8 @@ int block_m_of(const FwdParams& p) {
 bool persistent_of(const FwdParams& p, int block_m) {
   // No persistent 192-row kernel: at its 152 registers per consumer thread ptxas serialises the wgmmas.
   if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128 || block_m == 192) return false;
-  const char* v = std::getenv("FLASHMASK_SM90_PERSISTENT");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
+  const EnvSwitch forced = env_switch("FLASHMASK_SM90_PERSISTENT");
+  if (forced != EnvSwitch::kUnset) return forced == EnvSwitch::kOn;
   if (block_m == 64) return p.causal;
   const bool short_causal = p.causal && p.seqlen_q <= sm90::kPersistentCausalRows;
   return p.mask_form.has_indices() || short_causal;
@@ -77,8 +77,7 @@ sm90::FwdShape sm90::fwd_shape(const FwdParams& p) {
 }
 
 int sm90::fwd_pack_shift(const FwdParams& p, int block_m) {
-  const char* v = std::getenv("FLASHMASK_SM90_PACK_GQA");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+  if (env_switch("FLASHMASK_SM90_PACK_GQA") == EnvSwitch::kOff) return 0;
   const int group = p.heads_k > 0 ? p.heads_q / p.heads_k : 1;
   const bool one_slice_per_group =
       !p.mask_form.has_indices() || p.mask_heads <= 1 || p.mask_heads == p.heads_k;
