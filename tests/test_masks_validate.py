@@ -82,7 +82,7 @@ def _random_starts(rng, length):
 
 @FAST
 @given(st.integers(0, 2 ** 32 - 1), st.integers(1, 40), st.integers(1, 40), forms)
-def test_visited_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk, form):
+def test_touched_and_visited_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk, form):
     causal, c = form
     rng = np.random.default_rng(seed)
     arr = random_indices(rng, 2, 2, sq, sk, causal, c)
@@ -93,6 +93,7 @@ def test_visited_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk,
     expect = np.zeros((2, 2, len(rows), len(keys)), bool)
     for i, j in zip(*np.nonzero(vis.any(axis=(0, 1)))):
         expect[:, :, row_block[i], key_block[j]] |= vis[:, :, i, j]
+    np.testing.assert_array_equal(masks.touched_tiles(arr, causal, sq, row_starts=rows, key_starts=keys), expect)
     np.testing.assert_array_equal(masks.visited_tiles(arr, causal, sq, row_starts=rows, key_starts=keys),
                                   expect.sum(axis=(2, 3)))
 
@@ -124,8 +125,9 @@ def test_document_starts_of_packed_masks():
 def test_visited_tiles_rejects_bad_block_starts():
     m = masks.causal(64)
     for rows in ([1, 8], [0, 8, 8], [0, 64], []):
-        with pytest.raises(ValueError, match="row_starts must ascend strictly from 0 below 64"):
-            masks.visited_tiles(m, row_starts=rows, key_starts=[0])
+        for count in (masks.visited_tiles, masks.touched_tiles):
+            with pytest.raises(ValueError, match="row_starts must ascend strictly from 0 below 64"):
+                count(m, row_starts=rows, key_starts=[0])
 
 
 def test_tile_density_of_causal_at_128():

@@ -208,17 +208,24 @@ def visited_tiles(mask_or_indices, causal: bool | None = None, seqlen_q: int | N
     """Number of tiles holding a visible pair per ``[B, Hm]``, for tiles whose query blocks begin at
     ``row_starts`` and key blocks at ``key_starts`` (ascending positions, the first 0): e.g. blocks
     that restart at every document start, as varlen kernels tile packed documents."""
+    return touched_tiles(mask_or_indices, causal, seqlen_q, row_starts=row_starts,
+                         key_starts=key_starts).sum(axis=(2, 3))
+
+
+def touched_tiles(mask_or_indices, causal: bool | None = None, seqlen_q: int | None = None, *,
+                  row_starts, key_starts) -> np.ndarray:
+    """Which tiles hold a visible pair: bool ``[B, Hm, query blocks, key blocks]`` for the blocks of
+    :func:`visited_tiles`, e.g. to place each key block's query tiles from its first visible row."""
     arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
     row_starts, key_starts = (np.asarray(x, dtype=np.int64) for x in (row_starts, key_starts))
     for name, starts, length in (("row_starts", row_starts, seqlen_q), ("key_starts", key_starts, arr.shape[2])):
         if starts.ndim != 1 or len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or \
                 starts[-1] >= max(length, 1):
             raise ValueError(f"{name} must ascend strictly from 0 below {length}, got {starts.tolist()[:8]}")
-    return _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts).sum(axis=(2, 3))
+    return _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts)
 
 
 def _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts):
-    """Boolean ``[B, Hm, query blocks, key blocks]``: the tile holds a visible pair."""
     batch, heads, sk, _ = arr.shape
     n_q, n_k = len(row_starts), len(key_starts)
     # difference array over query blocks: +1 where a visible piece starts touching, -1 after it
