@@ -58,7 +58,7 @@ VARIABLES = (
              "Mask-payload slots per query-block list of the Hopper forward (partial tiles past the "
              "pooled slots evaluate column intervals); 0 turns payloads off (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
-    Variable("FLASHMASK_BWD_SLICE_GROUPS", "4",
+    Variable("FLASHMASK_BWD_SLICE_GROUPS", "(auto: 4; 16 on Hopper for causal without indices or GQA)",
              "Groups of (head_k, batch) slices the CUDA backward's key-block CTAs are launched in, one "
              "group after the other (1: key-block major over all slices; the slice count: slice by "
              "slice); tuning.",

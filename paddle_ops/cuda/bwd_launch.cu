@@ -80,14 +80,35 @@ PlanLayout plan_layout(const BwdParams& p) {
 // re-measures).
 constexpr int kKeyBlockSliceGroups = 4;
 
-dim3 key_block_grid(const BwdParams& p, const Workspace& ws) {
+// Sixteen on the Hopper kernels for causal attention without indices, GQA or dropout at D <= 128:
+// every CTA there walks the query rows from its key block to the end, so the slices a group runs
+// at once share their Q and dO through L2 only while those fit it (8K: 4 slices of 4 MB against
+// 16; 32K: one of 16 MB against 4), and the latest group's longest CTAs still end with the launch.
+// H200, bf16, processes alternating, bwd TFLOP/s 4 -> 16 groups
+// (benchmarks/results/kernel_h200_slice_groups_persistence_ab.json, two runs): D = 128 8K 528 / 517
+// -> 528 / 532 and 532 / 533 -> 549 / 551, 32K 511 / 507 -> 524 / 525 and 534 / 547 -> 568 / 547;
+// D = 64 8K 449 / 449 -> 455 / 452; one process, three rounds: 8K 531 -> 547, 32K 585 -> 597.
+// With GQA a CTA walks the group's query heads, group-times longer, and the last group's ones end
+// after the rest (16:4 8K causal 535 / 534 -> 528 / 519); index masks keep four, since prefix-LM
+// causal gained (8K 523 / 519 -> 548 / 547) where causal documents and share question lost (32K
+// 489 / 496 -> 476 / 479, 445 / 460 -> 440 / 440) and the host cannot tell them apart.
+constexpr int kCausalSliceGroups = 16;
+
+int key_block_slice_groups(const BwdParams& p, bool sm90) {
+  const char* v = std::getenv("FLASHMASK_BWD_SLICE_GROUPS");
+  if (v != nullptr && *v != '\0') return std::max(1, std::atoi(v));
+  const bool causal_rows = sm90 && p.causal && !p.mask_form.has_indices() && p.block_mask == nullptr &&
+                           p.heads_q == p.heads_k && p.dropout_p == 0.f && !p.deterministic &&
+                           cuda_kernel_head_dim(p.head_dim, p.head_dim_v) <= 128;
+  return causal_rows ? kCausalSliceGroups : kKeyBlockSliceGroups;
+}
+
+dim3 key_block_grid(const BwdParams& p, const Workspace& ws, bool sm90) {
   const int32_t key_blocks = ws.key_block_slots();
   if (key_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128 (6.7M with document blocks)
     throw std::invalid_argument("flashmask backward: seqlen_k too long for the key-block grid (" +
                                 std::to_string(p.seqlen_k) + " keys)");
-  int groups = kKeyBlockSliceGroups;
-  const char* v = std::getenv("FLASHMASK_BWD_SLICE_GROUPS");
-  if (v != nullptr && *v != '\0') groups = std::max(1, std::atoi(v));
+  const int groups = key_block_slice_groups(p, sm90);
   const int slices = p.heads_k * p.batch;
   const int per_group = (slices + groups - 1) / groups;
   return dim3(unsigned(per_group), unsigned(key_blocks), unsigned((slices + per_group - 1) / per_group));

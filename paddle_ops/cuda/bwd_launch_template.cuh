@@ -40,7 +40,7 @@ void run_bwd_typed(const BwdParams& p, const Workspace& ws, cudaStream_t stream)
 
   auto dkdv = p.dropout_p > 0.f ? dkdv_kernel<Tr, true> : dkdv_kernel<Tr, false>;
   set_smem_limit(dkdv, Tr::kSmemDkdv);
-  dkdv<<<key_block_grid(p, ws), Tr::kThreads, Tr::kSmemDkdv, stream>>>(p, ws);
+  dkdv<<<key_block_grid(p, ws, /*sm90=*/false), Tr::kThreads, Tr::kSmemDkdv, stream>>>(p, ws);
   FM_CHECK_LAUNCH("dkdv_kernel");
 
   if (p.deterministic) {

@@ -57,9 +57,10 @@ struct KeyBlockCta {
   bool valid;  // false in the last group's padding: the CTA returns at once
 };
 
-// grid (slices per group, key blocks, groups); defined in bwd_launch.cu, the one host file that
-// decides it (FLASHMASK_BWD_SLICE_GROUPS=N overrides the group count, for tuning).
-dim3 key_block_grid(const BwdParams& p, const Workspace& ws);
+// grid (slices per group, key blocks, groups) of the portable or (sm90) the Hopper kernels; defined
+// in bwd_launch.cu, the one host file that decides it (FLASHMASK_BWD_SLICE_GROUPS=N overrides the
+// group count, for tuning).
+dim3 key_block_grid(const BwdParams& p, const Workspace& ws, bool sm90);
 
 __device__ __forceinline__ KeyBlockCta key_block_cta(const BwdParams& p) {
   const int32_t slice = int32_t(blockIdx.z * gridDim.x + blockIdx.x);

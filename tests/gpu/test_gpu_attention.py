@@ -109,6 +109,14 @@ def test_backward_slice_groups(path, groups, monkeypatch):
                       mask_heads=7, head_dim=128))
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_backward_slice_groups_of_causal_attention(head_dim):
+    """Causal attention without indices or GQA takes 16 slice groups on the Hopper backward by
+    default (bwd_launch.cu): 18 slices, so 9 groups of 2, at both step heights; Sq != Sk."""
+    check(Case(batch=2, seqlen_q=389, seqlen_k=517, heads_q=9, heads_k=9, head_dim=head_dim, dtype="bf16",
+               causal=True, indices=None, seed=SEED + 1300 + head_dim))
+
+
 @pytest.mark.parametrize("form", [(True, 2), (False, 4)], ids=form_id)
 def test_tile_order_over_several_l2_sections(form):
     """Under index masks the Hopper forward runs its tiles longest list first inside sections of

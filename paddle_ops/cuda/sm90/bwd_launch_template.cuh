@@ -44,7 +44,7 @@ void run_bwd_sm90_shape(const BwdParams& p, const bwd::Workspace& ws, cudaStream
   if constexpr (Traits::kTilesFromProducer) require_payload_layout<Traits>(ws, "sm90 backward");
   auto kernel = bwd_kernel<Traits, kWriteDq, kDropout>;
   FM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  kernel<<<bwd::key_block_grid(p, ws), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  kernel<<<bwd::key_block_grid(p, ws, /*sm90=*/true), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   FM_CHECK_LAUNCH("sm90::bwd_kernel");
   if constexpr (kWriteDq) {
     const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
