@@ -147,7 +147,8 @@ def markdown() -> str:
     lines = ["# Environment variables", "",
              "Every `FLASHMASK_*` variable the package, the kernels, the builds and the tests read. "
              "Generated from `flashmask_paddle/_env.py` (`python -m flashmask_paddle._env > docs/ENV.md`). "
-             "Boolean switches accept `1/true/on/yes` and `0/false/off/no`.", "",
+             "Boolean switches accept `1/true/on/yes` and `0/false/off/no`; the kernels' switches and "
+             "numbers (read by `paddle_ops/`) refuse any other value with an error naming the variable.", "",
              "| Variable | Default | Meaning | Read by |", "|---|---|---|---|"]
     lines += [f"| `{v.name}` | {v.default} | {v.meaning} | {v.read_by} |" for v in VARIABLES]
     return "\n".join(lines) + "\n"

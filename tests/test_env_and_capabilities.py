@@ -12,9 +12,9 @@ import pytest
 from flashmask_paddle import _env, _ops
 
 ROOT = Path(__file__).resolve().parents[1]
-# Reads of a variable in code: getenv("X"), env_switch("X"), environ.get("X"), environ["X"], $ENV{X},
-# _env.*("X").
-_READ = re.compile(r"""(?:getenv\(|env_switch\(|environ\.get\(|environ\[|\$ENV\{|_env\.(?:flag|value)\()\s*["']?"""
+# Reads of a variable in code: getenv("X"), env_switch("X"), env_int("X", environ.get("X"), environ["X"],
+# $ENV{X}, _env.*("X").
+_READ = re.compile(r"""(?:getenv\(|env_switch\(|env_int\(|environ\.get\(|environ\[|\$ENV\{|_env\.(?:flag|value)\()\s*["']?"""
                    r"""(FLASHMASK_[A-Z0-9_]+)""")
 
 
@@ -46,14 +46,16 @@ def test_switches_parse_one_way(monkeypatch, text, expected):
     assert _env.flag("FLASHMASK_DETERMINISTIC") is expected
 
 
-_SWITCH_DRIVER = r"""
+_ENV_DRIVER = r"""
 #include <cstdio>
 #include <stdexcept>
-#include "env_switch.h"
+#include "flashmask/env.h"
 int main() {
   try {
     const flashmask::EnvSwitch s = flashmask::env_switch("FLASHMASK_DETERMINISTIC");
-    std::puts(s == flashmask::EnvSwitch::kOn ? "on" : s == flashmask::EnvSwitch::kOff ? "off" : "unset");
+    const int n = flashmask::env_int("FLASHMASK_BWD_SLICE_GROUPS", -7, 1);
+    std::printf("%s %d\n", s == flashmask::EnvSwitch::kOn ? "on" : s == flashmask::EnvSwitch::kOff ? "off" : "unset",
+                n);
   } catch (const std::invalid_argument& e) {
     std::printf("error: %s\n", e.what());
   }
@@ -62,36 +64,50 @@ int main() {
 
 
 @pytest.fixture(scope="module")
-def switch_driver(tmp_path_factory):
-    """The kernels' switch parser (paddle_ops/cuda/env_switch.h) built into a small program."""
+def env_driver(tmp_path_factory):
+    """The library's parser of its environment settings (paddle_ops/include/flashmask/env.h) built
+    into a small program printing a switch and a number."""
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         pytest.skip("no C++ compiler")
-    tmp = tmp_path_factory.mktemp("env_switch")
-    (tmp / "driver.cc").write_text(_SWITCH_DRIVER)
+    tmp = tmp_path_factory.mktemp("env_driver")
+    (tmp / "driver.cc").write_text(_ENV_DRIVER)
     exe = tmp / "driver"
-    subprocess.run([compiler, "-std=c++17", "-I", str(ROOT / "paddle_ops" / "cuda"), str(tmp / "driver.cc"),
+    subprocess.run([compiler, "-std=c++17", "-I", str(ROOT / "paddle_ops" / "include"), str(tmp / "driver.cc"),
                     "-o", str(exe)], check=True)
-    return exe
+    return lambda: subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.mark.parametrize("text", ["1", "yes", "ON", "True", "0", "off", "No", "FALSE", ""])
-def test_the_kernels_parse_a_switch_as_python_does(switch_driver, monkeypatch, text):
+def test_the_library_parses_a_switch_as_python_does(env_driver, monkeypatch, text):
+    monkeypatch.delenv("FLASHMASK_BWD_SLICE_GROUPS", raising=False)
     monkeypatch.setenv("FLASHMASK_DETERMINISTIC", text)
-    out = subprocess.run([str(switch_driver)], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == ("on" if _env.flag("FLASHMASK_DETERMINISTIC") else "off")
+    assert env_driver() == ("on" if _env.flag("FLASHMASK_DETERMINISTIC") else "off") + " -7"
 
 
-def test_the_kernels_refuse_a_misspelt_switch_naming_it(switch_driver, monkeypatch):
-    def run() -> str:
-        return subprocess.run([str(switch_driver)], capture_output=True, text=True, check=True).stdout
-
+@pytest.mark.parametrize("text,expected", [(None, "-7"), ("", "-7"), ("16", "16"), (" 3", "3"), ("1", "1")])
+def test_the_library_reads_a_number_or_its_default(env_driver, monkeypatch, text, expected):
     monkeypatch.delenv("FLASHMASK_DETERMINISTIC", raising=False)
-    unset = run()
-    monkeypatch.setenv("FLASHMASK_DETERMINISTIC", "maybe")
-    bad = run()
-    assert unset.strip() == "unset"
-    assert bad.startswith("error:") and "FLASHMASK_DETERMINISTIC" in bad and "'maybe'" in bad
+    if text is None:
+        monkeypatch.delenv("FLASHMASK_BWD_SLICE_GROUPS", raising=False)
+    else:
+        monkeypatch.setenv("FLASHMASK_BWD_SLICE_GROUPS", text)
+    assert env_driver() == f"unset {expected}"
+
+
+@pytest.mark.parametrize("name,text,words", [
+    ("FLASHMASK_DETERMINISTIC", "maybe", ["FLASHMASK_DETERMINISTIC", "'maybe'", "1, true, on, yes"]),
+    ("FLASHMASK_BWD_SLICE_GROUPS", "four", ["FLASHMASK_BWD_SLICE_GROUPS", "'four'", "whole number from 1"]),
+    ("FLASHMASK_BWD_SLICE_GROUPS", "0", ["FLASHMASK_BWD_SLICE_GROUPS", "'0'"]),
+    ("FLASHMASK_BWD_SLICE_GROUPS", "4x", ["'4x'"]),
+    ("FLASHMASK_BWD_SLICE_GROUPS", "99999999999", ["'99999999999'"]),
+])
+def test_the_library_refuses_a_misspelt_setting_naming_it(env_driver, monkeypatch, name, text, words):
+    for other in ("FLASHMASK_DETERMINISTIC", "FLASHMASK_BWD_SLICE_GROUPS"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, text)
+    out = env_driver()
+    assert out.startswith("error:") and all(w in out for w in words), out
 
 
 def test_a_bad_switch_value_names_the_variable(monkeypatch):

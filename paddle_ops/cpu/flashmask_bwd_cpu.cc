@@ -16,6 +16,7 @@
 #endif
 
 #include "cpu_common.h"
+#include "flashmask/env.h"
 #include "flashmask/launch.h"
 
 namespace flashmask {
@@ -104,9 +105,7 @@ void tile_probs_and_dscores(const BwdParams& p, const KeyBlockPlan& plan, const 
 // Largest total size of the per-thread dQ buffers of the fused path (else dQ takes a second pass):
 // 256 MiB, or FLASHMASK_CPU_FUSED_DQ_MB (0 forces the two-pass path; the tests cover both).
 size_t fused_budget_bytes() {
-  const char* env = std::getenv("FLASHMASK_CPU_FUSED_DQ_MB");
-  const long mb = env ? std::strtol(env, nullptr, 10) : 256;
-  return static_cast<size_t>(std::max(0L, mb)) << 20;
+  return static_cast<size_t>(env_int("FLASHMASK_CPU_FUSED_DQ_MB", 256, 0)) << 20;
 }
 
 struct TileScratch {

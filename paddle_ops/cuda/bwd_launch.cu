@@ -9,6 +9,7 @@
 #include <string>
 
 #include "flashmask/check.h"
+#include "flashmask/env.h"
 #include "flashmask/launch.h"
 #include "utils.cuh"
 #include "bwd_tile_range.cuh"
@@ -95,8 +96,8 @@ constexpr int kKeyBlockSliceGroups = 4;
 constexpr int kCausalSliceGroups = 16;
 
 int key_block_slice_groups(const BwdParams& p, bool sm90) {
-  const char* v = std::getenv("FLASHMASK_BWD_SLICE_GROUPS");
-  if (v != nullptr && *v != '\0') return std::max(1, std::atoi(v));
+  const int forced = env_int("FLASHMASK_BWD_SLICE_GROUPS", 0, 1);
+  if (forced > 0) return forced;
   const bool causal_rows = sm90 && p.causal && !p.mask_form.has_indices() && p.block_mask == nullptr &&
                            p.heads_q == p.heads_k && p.dropout_p == 0.f && !p.deterministic &&
                            cuda_kernel_head_dim(p.head_dim, p.head_dim_v) <= 128;

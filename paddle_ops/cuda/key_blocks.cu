@@ -6,8 +6,8 @@
 
 #include <cub/block/block_scan.cuh>
 
-#include "env_switch.h"
 #include "flashmask/check.h"
+#include "flashmask/env.h"
 #include "flashmask/mask.h"
 #include "preprocess.cuh"
 #include "utils.cuh"

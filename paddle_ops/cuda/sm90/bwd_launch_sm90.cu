@@ -9,6 +9,7 @@
 #include "../bwd_preprocess.h"
 #include "../bwd_tile_shape.h"
 #include "../utils.cuh"
+#include "flashmask/env.h"
 #include "bwd_sm90.h"
 #include "path_sm90.h"
 
@@ -44,11 +45,7 @@ int32_t sm90::bwd_payload_tile_rows(const BwdParams& p) {
   return bwd::sm90_rows_per_step(kernel_dim, p.dropout_p > 0.f);  // with_step_shape's rows
 }
 
-int32_t sm90::bwd_payload_tiles_per_list() {
-  const char* v = std::getenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES");
-  if (v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
-  return 8;
-}
+int32_t sm90::bwd_payload_tiles_per_list() { return env_int("FLASHMASK_SM90_BWD_PAYLOAD_TILES", 8, 0); }
 
 void sm90::build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,
                                    cudaStream_t stream) {

@@ -3,14 +3,13 @@
 // the (dtype, head dim) kernel.
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include <algorithm>
 
-#include "../env_switch.h"
-#include "../utils.cuh"
 #include "../mask_plan.h"
+#include "../utils.cuh"
+#include "flashmask/env.h"
 #include "fwd_sm90.h"
 #include "fwd_tile_order.cuh"
 #include "path_sm90.h"
@@ -27,12 +26,14 @@ bool device_runs_sm90() {
 }
 
 int block_m_of(const FwdParams& p) {
+  const int forced = env_int("FLASHMASK_SM90_BLOCK_M", 0, 0);
+  if (forced != 0 && forced != 64 && forced != 128 && forced != 192)
+    throw std::invalid_argument("flashmask: FLASHMASK_SM90_BLOCK_M must be 64, 128 or 192; got " +
+                                std::to_string(forced));
   const int d = sm90::kernel_head_dim(p);
   if (d > 128) return 128;  // the only instantiated shape at 256 columns
   if (p.dropout_p > 0.f) return 128;  // the only shape with a dropout instantiation
-  const char* v = std::getenv("FLASHMASK_SM90_BLOCK_M");
-  if (v != nullptr && std::strcmp(v, "64") == 0) return 64;
-  if (v != nullptr && std::strcmp(v, "128") == 0) return 128;
+  if (forced == 64 || forced == 128) return forced;
   // 192 rows (three consumer warpgroups) at 64 columns without indices or a block mask (whose
   // 128-position blocks a 192-row tile would straddle). H200, bf16, B*S = 32K, one process, fwd
   // TFLOP/s 128 -> 192 rows (benchmarks/results/kernel_h200_fwd_d64_192_ab.json): 8K full 454 / 457
@@ -41,7 +42,7 @@ int block_m_of(const FwdParams& p) {
   // causal 385 / 382 -> 338 / 340 and 4K 412 / 407 -> 392 / 395, so causal rows shorter than
   // kTallCausalRows keep the persistent 128-row kernel.
   const bool tall_fits = d == 64 && !p.mask_form.has_indices() && p.block_mask == nullptr;
-  if (v != nullptr && std::strcmp(v, "192") == 0 && tall_fits) return 192;
+  if (forced == 192 && tall_fits) return 192;
   if (tall_fits && (!p.causal || p.seqlen_q >= sm90::kTallCausalRows)) return 192;
   if (!p.mask_form.has_indices()) return 128;
   // Index masks: 128 rows (persistent) once rows are long enough for long key lists, else 64 rows
@@ -110,11 +111,7 @@ bool fwd_sm90_selected(const FwdParams& p) {
   return selected;
 }
 
-int sm90::payload_tiles_per_list() {
-  const char* v = std::getenv("FLASHMASK_SM90_PAYLOAD_TILES");
-  if (v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
-  return 4;
-}
+int sm90::payload_tiles_per_list() { return env_int("FLASHMASK_SM90_PAYLOAD_TILES", 4, 0); }
 
 namespace {
 
