@@ -3,14 +3,14 @@
 One place for all of them: docs/ENV.md is generated from :data:`VARIABLES`
 (``python -m flashmask_paddle._env > docs/ENV.md``; a test keeps the two equal and checks that the
 sources read no variable missing here). Python code reads switches through :func:`flag` /
-:func:`value`, so ``1/true/on/yes`` and ``0/false/off/no`` mean the same everywhere.
+:func:`switch` / :func:`value`, so ``1/true/on/yes`` and ``0/false/off/no`` mean the same everywhere.
 """
 from __future__ import annotations
 
 import os
 from typing import NamedTuple
 
-__all__ = ["Variable", "VARIABLES", "flag", "value", "kernel_settings", "markdown"]
+__all__ = ["Variable", "VARIABLES", "flag", "switch", "value", "kernel_settings", "markdown"]
 
 
 class Variable(NamedTuple):
@@ -58,7 +58,8 @@ VARIABLES = (
              "Mask-payload slots per query-block list of the Hopper forward (partial tiles past the "
              "pooled slots evaluate column intervals); 0 turns payloads off (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
-    Variable("FLASHMASK_BWD_SLICE_GROUPS", "(auto: 4; 16 on Hopper for causal without indices or GQA)",
+    Variable("FLASHMASK_BWD_SLICE_GROUPS", "(auto: 4; 16 on Hopper for causal attention without indices, "
+             "block_mask, GQA, dropout or deterministic mode at head dims up to 128)",
              "Groups of (head_k, batch) slices the CUDA backward's key-block CTAs are launched in, one "
              "group after the other (1: key-block major over all slices; the slice count: slice by "
              "slice); tuning.",
@@ -73,8 +74,8 @@ VARIABLES = (
              "Sq = Sk): by default at head_dim 128; 1 at every head dim, 0 never (blocks at multiples "
              "of the block size; tuning and tests).",
              "paddle_ops/cuda/key_blocks.cu"),
-    Variable("FLASHMASK_LOG_PATH", "(unset)",
-             "When set, the Hopper launchers print which kernel path a call takes (once).",
+    Variable("FLASHMASK_LOG_PATH", "0",
+             "1: the Hopper launchers print which kernel path a call takes (once per process).",
              "paddle_ops/cuda/sm90/*_launch_sm90.cu"),
     # Finding and building the libraries
     Variable("FLASHMASK_OPS_LIBRARY", "(search)",
@@ -114,7 +115,7 @@ VARIABLES = (
 
 _BY_NAME = {v.name: v for v in VARIABLES}
 _TRUE = ("1", "true", "on", "yes")
-_FALSE = ("0", "false", "off", "no", "")
+_FALSE = ("0", "false", "off", "no")
 
 
 def value(name: str) -> str | None:
@@ -131,15 +132,29 @@ def kernel_settings() -> tuple:
                  if "paddle_ops/" in v.read_by and v.name in os.environ)
 
 
-def flag(name: str) -> bool:
-    """A boolean switch: 1/true/on/yes or 0/false/off/no (any case); unset means its default."""
+def switch(name: str) -> bool | None:
+    """A boolean switch as set: 1/true/on/yes or 0/false/off/no (any case, surrounding whitespace
+    ignored); None when unset or blank. paddle_ops/include/flashmask/env.h parses the same way."""
     raw = value(name)
-    text = (_BY_NAME[name].default if raw is None else raw).strip().lower()
+    text = "" if raw is None else raw.strip().lower()
+    if not text:
+        return None
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise ValueError(f"{name} must be one of {', '.join(_TRUE + _FALSE[:-1])}, got {raw!r}")
+    raise ValueError(f"{name} must be one of {', '.join(_TRUE + _FALSE)}, got {raw!r}")
+
+
+def flag(name: str) -> bool:
+    """A boolean switch (see switch); unset or blank means its default."""
+    given = switch(name)
+    if given is not None:
+        return given
+    default = _BY_NAME[name].default.strip().lower()
+    if default not in _TRUE + _FALSE:
+        raise KeyError(f"{name} has no on/off default ({default!r}): read it with switch()")
+    return default in _TRUE
 
 
 def markdown() -> str:
@@ -147,8 +162,9 @@ def markdown() -> str:
     lines = ["# Environment variables", "",
              "Every `FLASHMASK_*` variable the package, the kernels, the builds and the tests read. "
              "Generated from `flashmask_paddle/_env.py` (`python -m flashmask_paddle._env > docs/ENV.md`). "
-             "Boolean switches accept `1/true/on/yes` and `0/false/off/no`; the kernels' switches and "
-             "numbers (read by `paddle_ops/`) refuse any other value with an error naming the variable.", "",
+             "Boolean switches accept `1/true/on/yes` and `0/false/off/no` (any case, surrounding "
+             "whitespace ignored); an empty value means the default. The compiled library's switches and "
+             "numbers refuse any other value with an error naming the variable.", "",
              "| Variable | Default | Meaning | Read by |", "|---|---|---|---|"]
     lines += [f"| `{v.name}` | {v.default} | {v.meaning} | {v.read_by} |" for v in VARIABLES]
     return "\n".join(lines) + "\n"

@@ -39,11 +39,20 @@ def test_every_variable_the_sources_read_is_registered():
     assert "FLASHMASK_DETERMINISTIC" in read and "FLASHMASK_CPU_FUSED_DQ_MB" in read  # the scan works
 
 
-@pytest.mark.parametrize("text,expected", [("1", True), ("yes", True), ("ON", True), ("0", False),
-                                           ("off", False), ("", False)])
+@pytest.mark.parametrize("text,expected", [("1", True), ("yes", True), ("ON", True), (" on\n", True), ("0", False),
+                                           ("off", False), ("", None), ("  ", None)])
 def test_switches_parse_one_way(monkeypatch, text, expected):
     monkeypatch.setenv("FLASHMASK_DETERMINISTIC", text)
-    assert _env.flag("FLASHMASK_DETERMINISTIC") is expected
+    assert _env.switch("FLASHMASK_DETERMINISTIC") is expected
+    assert _env.flag("FLASHMASK_DETERMINISTIC") is bool(expected)  # its default is 0
+
+
+def test_a_blank_switch_means_its_default(monkeypatch):
+    monkeypatch.setenv("FLASHMASK_MASK_PLAN", " ")
+    assert _env.flag("FLASHMASK_MASK_PLAN") is True  # default 1
+    monkeypatch.delenv("FLASHMASK_WITH_CUDA", raising=False)
+    with pytest.raises(KeyError, match="switch"):
+        _env.flag("FLASHMASK_WITH_CUDA")  # (auto): no on/off default
 
 
 _ENV_DRIVER = r"""
@@ -78,14 +87,16 @@ def env_driver(tmp_path_factory):
     return lambda: subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.strip()
 
 
-@pytest.mark.parametrize("text", ["1", "yes", "ON", "True", "0", "off", "No", "FALSE", ""])
+@pytest.mark.parametrize("text", ["1", "yes", "ON", "True", "0", "off", "No", "FALSE", "", " 1", "off\n", "  "])
 def test_the_library_parses_a_switch_as_python_does(env_driver, monkeypatch, text):
     monkeypatch.delenv("FLASHMASK_BWD_SLICE_GROUPS", raising=False)
     monkeypatch.setenv("FLASHMASK_DETERMINISTIC", text)
-    assert env_driver() == ("on" if _env.flag("FLASHMASK_DETERMINISTIC") else "off") + " -7"
+    given = _env.switch("FLASHMASK_DETERMINISTIC")
+    assert env_driver() == {None: "unset", True: "on", False: "off"}[given] + " -7"
 
 
-@pytest.mark.parametrize("text,expected", [(None, "-7"), ("", "-7"), ("16", "16"), (" 3", "3"), ("1", "1")])
+@pytest.mark.parametrize("text,expected", [(None, "-7"), ("", "-7"), ("16", "16"), (" 3", "3"), ("3 \n", "3"),
+                                           ("1", "1")])
 def test_the_library_reads_a_number_or_its_default(env_driver, monkeypatch, text, expected):
     monkeypatch.delenv("FLASHMASK_DETERMINISTIC", raising=False)
     if text is None:

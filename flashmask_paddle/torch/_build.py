@@ -85,10 +85,8 @@ def build_options() -> dict:
     """The CMake options this process would build with (part of the cache key)."""
     nvcc = find_nvcc()
     archs = _gpu_archs()
-    if _env.value("FLASHMASK_WITH_CUDA") is None:
-        with_cuda = bool(nvcc) and bool(archs)
-    else:
-        with_cuda = _env.flag("FLASHMASK_WITH_CUDA")
+    forced = _env.switch("FLASHMASK_WITH_CUDA")
+    with_cuda = bool(nvcc) and bool(archs) if forced is None else forced
     if with_cuda and not nvcc:
         raise RuntimeError("FLASHMASK_WITH_CUDA=1 but nvcc was not found (set CUDACXX or CUDA_HOME)")
     arch_list = _env.value("FLASHMASK_CUDA_ARCHS") or ";".join(archs) or "80;90"

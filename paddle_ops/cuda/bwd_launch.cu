@@ -109,8 +109,8 @@ dim3 key_block_grid(const BwdParams& p, const Workspace& ws, bool sm90) {
   if (key_blocks > 65535)  // gridDim.y limit: 8M keys at block_n = 128 (6.7M with document blocks)
     throw std::invalid_argument("flashmask backward: seqlen_k too long for the key-block grid (" +
                                 std::to_string(p.seqlen_k) + " keys)");
-  const int groups = key_block_slice_groups(p, sm90);
   const int slices = p.heads_k * p.batch;
+  const int groups = std::min(key_block_slice_groups(p, sm90), std::max(slices, 1));  // no empty group
   const int per_group = (slices + groups - 1) / groups;
   return dim3(unsigned(per_group), unsigned(key_blocks), unsigned((slices + per_group - 1) / per_group));
 }

@@ -31,7 +31,7 @@ bool bwd_sm90_selected(const BwdParams& p) {
       sm90::forced_path() != 80 && sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) &&
       !(p.dropout_p > 0.f && p.deterministic) && device_runs_sm90_bwd();
   static bool logged = false;  // FLASHMASK_LOG_PATH=1: say once per process which path ran
-  if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
+  if (!logged && env_switch("FLASHMASK_LOG_PATH") == EnvSwitch::kOn) {
     logged = true;
     std::fprintf(stderr, "flashmask bwd path: %s (head_dim %d, head_dim_v %d)\n", selected ? "sm90" : "sm80",
                  p.head_dim, p.head_dim_v);

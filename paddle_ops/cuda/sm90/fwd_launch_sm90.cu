@@ -103,7 +103,7 @@ bool fwd_sm90_selected(const FwdParams& p) {
   const bool selected = wanted && supported && device_runs_sm90();
   // FLASHMASK_LOG_PATH=1: say once per process which path the forward took (tests of the switch).
   static bool logged = false;
-  if (!logged && std::getenv("FLASHMASK_LOG_PATH") != nullptr) {
+  if (!logged && env_switch("FLASHMASK_LOG_PATH") == EnvSwitch::kOn) {
     logged = true;
     std::fprintf(stderr, "flashmask fwd path: %s (head_dim %d, head_dim_v %d)\n", selected ? "sm90" : "sm80",
                  p.head_dim, p.head_dim_v);
