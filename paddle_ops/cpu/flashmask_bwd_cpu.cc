@@ -8,7 +8,6 @@
 // Both skip fully masked tiles and mask only partial ones (block.h via KeyBlockPlan), and both are
 // deterministic run to run (for a given thread count).
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #ifdef _OPENMP

@@ -4,7 +4,6 @@
 // bwd_dq_kernel.cuh (deterministic dQ), bwd_preprocess.cu (D, LSE, block bounds, dQ cast).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 

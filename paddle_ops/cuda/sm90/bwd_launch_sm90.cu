@@ -3,7 +3,6 @@
 // (dtype, head dim) sm90 kernels.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "../bwd_preprocess.h"

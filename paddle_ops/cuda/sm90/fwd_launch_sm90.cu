@@ -2,7 +2,6 @@
 // (block lists built by the shared preprocessing at this kernel's tiles, payloads, tile order), then
 // the (dtype, head dim) kernel.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include <algorithm>
@@ -28,8 +27,7 @@ bool device_runs_sm90() {
 int block_m_of(const FwdParams& p) {
   const int forced = env_int("FLASHMASK_SM90_BLOCK_M", 0, 0);
   if (forced != 0 && forced != 64 && forced != 128 && forced != 192)
-    throw std::invalid_argument("flashmask: FLASHMASK_SM90_BLOCK_M must be 64, 128 or 192; got " +
-                                std::to_string(forced));
+    bad_env_value("FLASHMASK_SM90_BLOCK_M", std::to_string(forced), "64, 128 or 192");
   const int d = sm90::kernel_head_dim(p);
   if (d > 128) return 128;  // the only instantiated shape at 256 columns
   if (p.dropout_p > 0.f) return 128;  // the only shape with a dropout instantiation
