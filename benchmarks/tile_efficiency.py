@@ -14,6 +14,8 @@ figure counts. Grids, per tile shape (query rows x keys):
   fixed blocks where that would need more than the fixed count plus a quarter);
 - keys aligned: key blocks restart at every document start (`masks.document_starts`: where the
   mask is block diagonal), query blocks fixed;
+- rows anchored: the key blocks of "keys at long documents", each with its own query tiles from the
+  first row it sees rounded down to 16 rows (our Hopper backward's grid, `sm90/bwd_tiles.cuh`);
 - aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
   sees when each document is a sequence of its own (its last tile in each document is short).
   Square masks (Sq = Sk): the query rows share the key columns' document starts.
@@ -37,12 +39,14 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from flashmask_paddle import masks  # noqa: E402
+from flashmask_paddle.masks._core import _touched_tiles  # noqa: E402  (the tiles a grid visits)
 from flashmask_paddle.bench import provenance  # noqa: E402
 
 import kernel_bench  # noqa: E402  (its masks: documents drawn the same way, same seeds)
 
 SHAPES = ((64, 128), (128, 128), (80, 128))
-GRIDS = ("fixed", "keys at long documents", "keys aligned", "aligned")
+GRIDS = ("fixed", "keys at long documents", "rows anchored", "keys aligned", "aligned")
+ROW_ANCHOR = 16  # the rows a backward tile's first row is rounded down to
 DOCUMENT_MASKS = ("causal_document", "document", "short_documents", "share_question", "prefix_lm_document")
 
 
@@ -65,6 +69,20 @@ def long_document_key_starts(documents: np.ndarray, length: int, block: int) -> 
     return starts if len(starts) <= fixed + (fixed + 3) // 4 else block_starts(length, block, None)
 
 
+def anchored_tiles(slice_: np.ndarray, causal: bool, seqlen_q: int, key_starts: np.ndarray, block_m: int) -> int:
+    """Visited tiles of one [Sk, C] slice when each key block's query tiles of block_m rows start at
+    the first row it sees, rounded down to ROW_ANCHOR rows."""
+    groups = _touched_tiles(slice_[None, None], causal, seqlen_q, np.arange(0, seqlen_q, ROW_ANCHOR),
+                            key_starts)[0, 0]  # [row groups, key blocks]
+    per_tile = block_m // ROW_ANCHOR
+    tiles = 0
+    for touched in groups.T:
+        seen = np.flatnonzero(touched)
+        if len(seen):
+            tiles += len(np.unique((seen - seen[0]) // per_tile))
+    return tiles
+
+
 def slice_document_starts(indices: np.ndarray, causal: bool, seqlen_q: int) -> list[np.ndarray]:
     """The document starts of every [Sk, C] slice of indices [B, Hm, Sk, C], in slice order."""
     starts = masks.document_starts(indices, causal, seqlen_q)
@@ -81,12 +99,16 @@ def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
     work = 0
     for slice_, docs in zip(indices.reshape(-1, *indices.shape[2:]), documents):
         rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
-        if grid == "keys at long documents":
+        if grid in ("keys at long documents", "rows anchored"):
             keys = long_document_key_starts(docs, slice_.shape[0], block_n)
         else:
             keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
-        work += int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,
-                                        key_starts=keys).sum()) * block_m * block_n
+        if grid == "rows anchored":
+            tiles = anchored_tiles(slice_, causal, seqlen_q, keys, block_m)
+        else:
+            tiles = int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,
+                                            key_starts=keys).sum())
+        work += tiles * block_m * block_n
     visible = int(masks.count_visible(indices, causal, seqlen_q).sum())
     return visible / work if work else 0.0
 

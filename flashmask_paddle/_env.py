@@ -74,6 +74,11 @@ VARIABLES = (
              "Sq = Sk): by default at head_dim 128; 1 at every head dim, 0 never (blocks at multiples "
              "of the block size; tuning and tests).",
              "paddle_ops/cuda/key_blocks.cu"),
+    Variable("FLASHMASK_BWD_ROW_ANCHOR", "1",
+             "0: the Hopper backward's query tiles sit at multiples of its rows per step instead of "
+             "starting at the first row each key block sees (rounded down to 16 rows; fixed tiles "
+             "with a block_mask either way; tuning and tests).",
+             "paddle_ops/cuda/sm90/bwd_launch_sm90.cu"),
     Variable("FLASHMASK_LOG_PATH", "0",
              "1: the Hopper launchers print which kernel path a call takes (once per process).",
              "paddle_ops/cuda/sm90/*_launch_sm90.cu"),

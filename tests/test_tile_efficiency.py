@@ -18,11 +18,20 @@ tile_efficiency = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tile_efficiency)
 
 
-def _dense_efficiency(mask, seqlen, shape, rows, keys):
+def _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=False):
+    """rows: the query blocks' starts, or with `anchored` each key block's tiles from its first
+    visible row rounded down to ROW_ANCHOR."""
     vis = masks.to_dense(mask)[0, 0]
-    rb = np.searchsorted(rows, np.arange(seqlen), side="right") - 1
     kb = np.searchsorted(keys, np.arange(seqlen), side="right") - 1
-    tiles = {(rb[i], kb[j]) for i, j in zip(*np.nonzero(vis))}
+    if anchored:
+        first = {}
+        for i, j in zip(*np.nonzero(vis)):
+            first[kb[j]] = min(first.get(kb[j], seqlen), i)
+        anchor = {k: r // tile_efficiency.ROW_ANCHOR * tile_efficiency.ROW_ANCHOR for k, r in first.items()}
+        tiles = {(kb[j], (i - anchor[kb[j]]) // shape[0]) for i, j in zip(*np.nonzero(vis))}
+    else:
+        rb = np.searchsorted(rows, np.arange(seqlen), side="right") - 1
+        tiles = {(rb[i], kb[j]) for i, j in zip(*np.nonzero(vis))}
     return vis.sum() / (len(tiles) * shape[0] * shape[1])
 
 
@@ -37,14 +46,15 @@ def test_efficiency_matches_the_dense_picture(builder, grid, seed):
             else getattr(masks, builder)(docs))
     starts = np.cumsum([0] + docs[:-1])
     np.testing.assert_array_equal(np.flatnonzero(masks.document_starts(mask)[0, 0]), starts)
-    shape = (16, 32)
+    shape = (32, 32)
     rows = tile_efficiency.block_starts(seqlen, shape[0], starts if grid == "aligned" else None)
-    if grid == "keys at long documents":
+    if grid in ("keys at long documents", "rows anchored"):
         keys = tile_efficiency.long_document_key_starts(starts, seqlen, shape[1])
     else:
         keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid == "fixed" else starts)
     got = tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid)
-    assert got == pytest.approx(_dense_efficiency(mask, seqlen, shape, rows, keys), rel=1e-12)
+    want = _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=grid == "rows anchored")
+    assert got == pytest.approx(want, rel=1e-12)
 
 
 def test_long_document_key_starts_restart_only_at_long_documents():

@@ -64,6 +64,7 @@ PlanLayout plan_layout(const BwdParams& p) {
     layout.document_blocks = document_key_blocks_apply(p);
     layout.payload_tile_rows = sm90::bwd_payload_tile_rows(p);
     layout.payload_tiles_per_list = layout.payload_tile_rows > 0 ? sm90::bwd_payload_tiles_per_list() : 0;
+    layout.row_align = sm90::bwd_row_align(p);
   }
 #endif
   return layout;
@@ -122,7 +123,7 @@ MaskPlanSize bwd_plan_size_cuda(const BwdParams& params) {
   return {align_up(layout.bytes(params)),
           mask_plan_key(params, PlanDirection::kBackward,
                         {layout.block_n, int64_t(layout.document_blocks), layout.payload_tiles_per_list,
-                         layout.payload_tile_rows})};
+                         layout.payload_tile_rows, layout.row_align})};
 }
 
 void build_bwd_plan_cuda(const BwdParams& params, void* plan, cudaStream_t stream) {

@@ -67,17 +67,25 @@ __device__ __forceinline__ KeyBlockCta key_block_cta(const BwdParams& p) {
   return {int32_t(blockIdx.y), slice % p.heads_k, slice / p.heads_k, slice < p.heads_k * p.batch};
 }
 
-// The query blocks [m_begin, m_end) that can see key block [n0, n_end): clipped by causality and by
-// intervals that cover whole row ranges of every column of the block. Tiles inside the range may
-// still be fully masked (e.g. other documents); classify_tile skips those.
-__device__ __forceinline__ int2 query_block_range(const BlockBounds& bb, int n0, int seqlen_q, bool causal,
-                                                  int causal_off, int block_m) {
+// The query rows [row_begin, row_end) that can see key block [n0, n_end): clipped by causality and
+// by intervals that cover whole row ranges of every column of the block (empty: row_begin >=
+// row_end). Tiles inside the range may still be fully masked (e.g. other documents); classify_tile
+// skips those.
+__device__ __forceinline__ int2 query_row_range(const BlockBounds& bb, int n0, int seqlen_q, bool causal,
+                                                int causal_off) {
   int row_begin = 0, row_end = seqlen_q;
   if (causal) row_begin = max(row_begin, n0 - causal_off);
   if (bb.uts_max <= 0) row_begin = max(row_begin, bb.ute_min);  // rows < ute masked in every column
   if (bb.lte_min >= seqlen_q) row_end = min(row_end, bb.lts_max);  // rows >= lts masked in every column
-  if (row_begin >= row_end) return make_int2(0, 0);
-  return make_int2(row_begin / block_m, (row_end + block_m - 1) / block_m);
+  return make_int2(row_begin, row_end);
+}
+
+// The query blocks [m_begin, m_end) of block_m rows, at multiples of block_m, that hold those rows.
+__device__ __forceinline__ int2 query_block_range(const BlockBounds& bb, int n0, int seqlen_q, bool causal,
+                                                  int causal_off, int block_m) {
+  const int2 rows = query_row_range(bb, n0, seqlen_q, causal, causal_off);
+  if (rows.x >= rows.y) return make_int2(0, 0);
+  return make_int2(rows.x / block_m, (rows.y + block_m - 1) / block_m);
 }
 
 }  // namespace bwd

@@ -3,7 +3,9 @@
 // every path's query tile and the block bounds are at the key block both paths use
 // (workspace_grid, bwd_tile_shape.h), so the kernels read LSE/D and add into dQ without edge checks.
 //
-//   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0)
+//   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0).
+//             Where the Hopper backward's tiles start off the row multiple (PlanLayout::row_align),
+//             Sq_pad holds one row multiple more, so that a tile from any row below Sq stays inside
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
 //   plan      the backward's mask plan, here unless the call brings its own (PlanLayout below):
 //             bounds, BlockBounds [slices, n_blocks] per key block min/max of the four column
@@ -12,10 +14,10 @@
 //             blocks and their bounds (key_blocks.cuh); then, where the Hopper backward runs on
 //             tiles the producer hands over, the partial tiles' mask payloads (MaskPayloads below)
 //   dq_accum  float [B, Hq, Sq_pad, Dk]  fp32 dQ over the kernel's Dk columns (cuda_kernel_head_dim;
-//             atomic mode only, absent when deterministic). Each
-//             block_m x D tile is stored in MMA-thread order, not row-major (dq_accum_index in
-//             bwd_tile_math.cuh), so every warp's atomicAdd covers one contiguous span;
-//             bwd_convert_dq.cuh maps it back.
+//             atomic mode only, absent when deterministic). Each (b, head) slice is stored in the
+//             MMA-thread order of its path's tiles, not row-major (the portable path: dq_accum_index
+//             in bwd_tile_math.cuh; the Hopper path: sm90/bwd_dq_layout.cuh), so every warp's adds
+//             cover one contiguous span; each path's dQ conversion maps it back.
 #pragma once
 
 #include <algorithm>
@@ -51,8 +53,9 @@ struct Workspace {
   KeyBlocks key_blocks;                 // the Hopper backward's CTAs, where document-aligned
   MaskSlices slices;
   float* dq_accum = nullptr;      // nullptr in deterministic mode
-  int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple
+  int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple (carve_workspace)
   int32_t n_blocks = 0;           // ceil(Sk / block_n)
+  int32_t row_align = 0;          // PlanLayout::row_align
   MaskPayloads payloads;
 
   // The key blocks of one batch row the Hopper backward's CTAs take (bwd_tile_range.cuh's KeyBlock).
@@ -64,12 +67,16 @@ inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 // What the backward's mask plan holds: the bounds of the fixed key blocks of block_n keys (read by
 // every path), with document_blocks the Hopper backward's document-aligned key blocks, and with
 // payload_tiles_per_list > 0 its mask payloads: that many slots per (mask slice, key block) list,
-// pooled over the lists, of payload_tile_rows x block_n bits each.
+// pooled over the lists, of payload_tile_rows x block_n bits each. row_align > 0: the Hopper
+// backward's tiles start at the first row each key block sees, rounded down to a multiple of
+// row_align (sm90/bwd_tiles.cuh), instead of at multiples of its rows per step (0); the payloads are
+// those tiles'.
 struct PlanLayout {
   int32_t block_n = 0;
   bool document_blocks = false;
   int32_t payload_tiles_per_list = 0;
   int32_t payload_tile_rows = 0;
+  int32_t row_align = 0;
 
   int32_t n_blocks(const BwdParams& p) const { return int32_t((p.seqlen_k + block_n - 1) / block_n); }
   int32_t key_block_slots(const BwdParams& p) const {
@@ -97,6 +104,7 @@ struct PlanLayout {
     const char* at = static_cast<const char*>(base);
     ws->n_blocks = n_blocks(p);
     ws->slices = MaskSlices::of(p);
+    ws->row_align = row_align;
     ws->bounds = reinterpret_cast<const BlockBounds*>(at);
     at += align256(block_bounds_bytes(p, block_n));
     if (document_blocks) {
@@ -121,7 +129,9 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
                               bool plan_in_call = false) {
   const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
   const WorkspaceGrid g = workspace_grid(kernel_dim);
-  const int64_t sq_pad = (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple;
+  // Tiles from any row below Sq reach at most one tile of rows past it (lse_log2 above).
+  const int64_t sq_pad = (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple +
+                         (plan.row_align > 0 ? g.row_multiple : 0);
   const int64_t rows = int64_t(p.batch) * p.heads_q * sq_pad;
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -131,6 +141,7 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
   };
   Workspace w;
   w.seqlen_q_pad = static_cast<int32_t>(sq_pad);
+  w.row_align = plan.row_align;
   w.lse_log2 = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.dpsum = reinterpret_cast<float*>(take(rows * sizeof(float)));
   if (!plan_in_call) {

@@ -132,11 +132,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     wgmma</*zero*/ true, decltype(kWait)::value, /*A regs*/ false>(mma_dq, tdQrdS(_, _, _, ds_slot),
                                                                    thr_dq.partition_fragment_B(sKtc), acc_dq);
   };
-  auto add_dq = [&](float* dst, int c, auto const& acc_dq) {
+  // One dQ chunk into `chunk` (its shared-memory image or its span of the workspace).
+  auto add_dq = [&](float* chunk, auto const& acc_dq) {
     static_assert(decltype(size(acc_dq))::value % 4 == 0);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc_dq); i += 4) {
-      float4* to = reinterpret_cast<float4*>(dst + dq_accum_offset<Traits>(c, tidx, i));
+      float4* to = reinterpret_cast<float4*>(chunk + dq_value_offset<Traits>(tidx, i));
       const float4 v = make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3));
       if constexpr (Traits::kDqViaSmem) *to = v;
       else atomicAdd(to, v);
@@ -155,7 +156,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // One tile; kMask says where its element mask comes from (TileMask: partial tiles and the key
   // blocks shorter than kBlockN have one). Inlined also where dropout makes it long: an out-of-line
   // body keeps the accumulators in local memory.
-  auto visit = [&](int32_t head_q, int32_t m, auto kMask) __attribute__((always_inline)) {
+  auto visit = [&](int32_t head_q, int32_t row0, auto kMask) __attribute__((always_inline)) {
     constexpr TileMask kMaskFrom = decltype(kMask)::value;
     if (!kv_ready) {
       smem.barrier_kv.wait(0);
@@ -163,7 +164,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     }
     const int stage = read.index();
 
-    const int32_t row0 = m * kBlockM;
     // Dropout's keep bits, before S^T and dP^T take their registers (under the wgmmas ptxas spilled
     // 500 bytes).
     [[maybe_unused]] uint32_t keep[dropout_words_for(kWGKeys * kBlockM / 128)];
@@ -255,7 +255,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
         warpgroup_fence_operand(acc_dq);
         pipeline_do.consumer_release(read);  // dV was this dO stage's last reader
         cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqEmpty + wg);
-        add_dq(sdq, 0, acc_dq);
+        add_dq(sdq, acc_dq);
         cutlass::arch::fence_view_async_shared();  // visible to the bulk reduce (async proxy)
         cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqFull + wg);
         if constexpr (kNextStUnderDk) {
@@ -273,7 +273,6 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       } else {
         // D = 256: no shared memory left for dQ, float4 atomics from registers.
         static_assert(!Traits::kDqViaSmem, "one dQ chunk through shared memory always goes under dK");
-        float* dq_tile = dq_workspace_tile<Traits>(p, ws, b, head_q, m, wg);
         // This warpgroup's dQ column chunks; the first wait retires dV, dK too.
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < Traits::kDqChunks; ++c) {
@@ -285,7 +284,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
             pipeline_do.consumer_release(read);
           }
           // Rows past Sq exist in the workspace (padded), so whole chunks are added.
-          add_dq(dq_tile, c, acc_dq);
+          add_dq(dq_chunk_in_workspace<Traits>(p, ws, b, head_q, row0, chunk), acc_dq);
         }
       }
     } else {
@@ -301,10 +300,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // wait, against 25-28 here). Every masked tile of a kernel whose producer hands over the tiles has
   // its payload: a bounds test anywhere in this loop made ptxas wait for each CTA's first S^T before
   // its first dP^T (C7517) and lengthened the kernel by ~1000 instructions (bf16, D = 128).
-  auto visit_kind = [&](int32_t head_q, int32_t m, bool masked) __attribute__((always_inline)) {
+  auto visit_kind = [&](int32_t head_q, int32_t row0, bool masked) __attribute__((always_inline)) {
     using M = TileMask;
-    if (!masked) visit(head_q, m, std::integral_constant<M, M::kNone>{});
-    else visit(head_q, m, std::integral_constant<M, Traits::kTilesFromProducer ? M::kPayload : M::kBounds>{});
+    if (!masked) visit(head_q, row0, std::integral_constant<M, M::kNone>{});
+    else visit(head_q, row0, std::integral_constant<M, Traits::kTilesFromProducer ? M::kPayload : M::kBounds>{});
   };
   if constexpr (kNextStUnderDk) {
     // As below, with each tile's S^T issued before its visit. The loop sits inside the branch: an
@@ -317,7 +316,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       issue_st(read.index());
       do {
         const BwdTile tile = next_tile;
-        visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
+        visit_kind(tile.head_q, tile.row0, tile.masked_elements);
       } while (!next_tile.is_end());
     }
   } else if constexpr (Traits::kTilesFromProducer) {
@@ -326,12 +325,12 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       pipeline_q.consumer_wait(read);
       const BwdTile tile = smem.tiles[read.index()];
       if (tile.is_end()) break;
-      visit_kind(tile.head_q, tile.m_block, tile.masked_elements);
+      visit_kind(tile.head_q, tile.row0, tile.masked_elements);
     }
   } else {
     // No payloads here (the warps walk the tiles themselves): every partial tile evaluates its bounds.
-    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t) {
-      visit_kind(head_q, m, masked);
+    for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t row0, bool masked, int32_t) {
+      visit_kind(head_q, row0, masked);
     });
   }
 

@@ -1,8 +1,8 @@
 // dQ = softmax_scale * dq_accum cast to the output dtype and strides: the sm90 backward's last step.
-// Each dq_accum tile of kBlockM rows holds kDqChunksTotal chunks in thread order (dq_accum_offset,
-// bwd_dq_layout.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's partition
-// to find each value's (row, column), stages the cast tile in shared memory and writes whole rows
-// with 16-byte stores. One CTA per (query block, head_q, batch).
+// Each kBlockM rows of dq_accum are read as kDqChunksTotal chunks (dq_chunk_in_workspace,
+// dq_value_offset: bwd_dq_layout.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's
+// partition to find each value's (row, column), stages the cast rows in shared memory and writes
+// whole rows with 16-byte stores. One CTA per (kBlockM rows, head_q, batch).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -23,14 +23,14 @@ __global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_k
   __shared__ __align__(16) Element tile_s[kBlockM * kPitch];
   const int chunk = threadIdx.x / 128, tidx = threadIdx.x % 128;
   const int32_t m0 = blockIdx.x * kBlockM, head_q = blockIdx.y, b = blockIdx.z;
-  const float* tile = dq_workspace_tile<Traits>(p, ws, b, head_q, blockIdx.x, 0);
+  const float* chunk_values = dq_chunk_in_workspace<Traits>(p, ws, b, head_q, m0, chunk);
 
   typename Traits::TiledMmadQ mma;
   Tensor coord = mma.get_thread_slice(tidx).partition_C(
       make_identity_tensor(Shape<Int<Traits::kDqRows>, Int<Traits::kDqCols>>{}));
   CUTE_UNROLL
   for (int i = 0; i < size(coord); i += 4) {
-    const float4 f = *reinterpret_cast<const float4*>(tile + dq_accum_offset<Traits>(chunk, tidx, i));
+    const float4 f = *reinterpret_cast<const float4*>(chunk_values + dq_value_offset<Traits>(tidx, i));
     const float v[4] = {f.x, f.y, f.z, f.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; ++j) {

@@ -32,14 +32,14 @@ __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, type
   const bool leader = threadIdx.x % 32 == 0;
   bool first = true;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
-      kp.p, kp.ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool, int32_t) {
+      kp.p, kp.ws, b, head_k, kb, [&](int32_t head_q, int32_t row0, bool, int32_t) {
         // The buffer is free once the reduce issued from it one step ago has read it.
         if (leader && !first) cute::tma_store_wait<0>();
         __syncwarp();
         cutlass::arch::NamedBarrier::arrive(kDqHandshakeThreads, kBarrierDqEmpty + w);
         cutlass::arch::NamedBarrier::sync(kDqHandshakeThreads, kBarrierDqFull + w);
         if (leader) {
-          bulk_reduce_add_s2g(dq_workspace_tile<Traits>(kp.p, kp.ws, b, head_q, m, w),
+          bulk_reduce_add_s2g(dq_chunk_in_workspace<Traits>(kp.p, kp.ws, b, head_q, row0, w * Traits::kDqChunks),
                               dq_buffer<Traits>(smem, w), kBytes);
           cute::tma_store_arrive();
         }

@@ -44,6 +44,12 @@ int32_t sm90::bwd_payload_tile_rows(const BwdParams& p) {
   return bwd::sm90_rows_per_step(kernel_dim, p.dropout_p > 0.f);  // with_step_shape's rows
 }
 
+int32_t sm90::bwd_row_align(const BwdParams& p) {
+  const char* v = std::getenv("FLASHMASK_BWD_ROW_ANCHOR");
+  if (p.block_mask != nullptr || (v != nullptr && std::string(v) == "0")) return 0;
+  return 16;
+}
+
 int32_t sm90::bwd_payload_tiles_per_list() { return env_int("FLASHMASK_SM90_BWD_PAYLOAD_TILES", 8, 0); }
 
 void sm90::build_bwd_mask_payloads(const BwdParams& p, const bwd::Workspace& ws, uint64_t* next_slot,

@@ -104,25 +104,25 @@ struct BwdPayloadSlots {
     return first >= 0 && first + partial_index < ws.payloads.capacity ? first + partial_index : -1;
   }
   // Whether every masked tile of the CTA (all query heads of KV head head_k) has a slot: each list
-  // has room for one tile per query block of its range, at least its partial tiles.
+  // has room for every tile of its walk, at least its partial tiles.
   template <int kBlockM, int kBlockN>
   __device__ __forceinline__ static bool cover_cta(const BwdParams& p, const bwd::Workspace& ws, int32_t b,
                                                    int32_t head_k, const bwd::KeyBlock& kb) {
     if (ws.payloads.first_slot == nullptr) return false;
     const int32_t group = p.heads_q / p.heads_k;
     for (int32_t head_q = head_k * group; head_q < (head_k + 1) * group; ++head_q) {
-      const int2 range = BwdTileWalk<kBlockM, kBlockN>::of(p, ws, b, head_q, kb).range;
+      const int32_t tiles = BwdTileWalk<kBlockM, kBlockN>::of(p, ws, b, head_q, kb).tiles;
       const int32_t first = first_of(p, ws, b, head_q, kb);
       if (first == kNoPartialTile) continue;
-      if (first < 0 || int64_t(first) + max(range.y - range.x, 0) > ws.payloads.capacity) return false;
+      if (first < 0 || int64_t(first) + tiles > ws.payloads.capacity) return false;
     }
     return true;
   }
 };
 
 // One CTA of kConsumerThreads per (key block slot, mask slice); thread t plays consumer thread t.
-// The list's query blocks are classified kConsumerThreads at a time (a scan numbers their partial
-// tiles in order), then every thread writes its words of each partial tile of the chunk.
+// The list's tiles are classified kConsumerThreads at a time (a scan numbers the partial ones in
+// order), then every thread writes its words of each partial tile of the chunk.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads)
     bwd_mask_payload_kernel(BwdParams p, bwd::Workspace ws, int32_t* first_slots, uint32_t* words,
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   constexpr int kThreads = Traits::kConsumerThreads, kWords = Traits::kPayloadWords;
   using Scan = cub::BlockScan<int32_t, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ int32_t chunk_tiles[kThreads];  // query blocks of the chunk's partial tiles, in order
+  __shared__ int32_t chunk_tiles[kThreads];  // the first rows of the chunk's partial tiles, in order
   __shared__ int32_t first;
   const int32_t slice = blockIdx.y, b = ws.slices.batch_of(slice), head_q = ws.slices.first_head_q(p, slice);
   const int64_t list = int64_t(slice) * ws.key_block_slots() + blockIdx.x;
@@ -141,15 +141,14 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
     return;
   }
   const auto walk = BwdTileWalk<Traits::kBlockM, Traits::kBlockN>::of(p, ws, b, head_q, kb);
-  const int2 range = walk.range;
-  auto partial = [&](int32_t m) {
-    if (m >= range.y) return false;
-    const TileKind kind = walk.kind(p, m);
+  auto partial = [&](int32_t t) {
+    if (t >= walk.tiles) return false;
+    const TileKind kind = walk.kind(p, t);
     return kind != TileKind::kMasked && walk.masked_elements(kind);
   };
 
   int32_t mine = 0, before = 0, count = 0;
-  for (int32_t m = range.x + threadIdx.x; m < range.y; m += kThreads) mine += partial(m);
+  for (int32_t t = threadIdx.x; t < walk.tiles; t += kThreads) mine += partial(t);
   Scan(scan_storage).ExclusiveSum(mine, before, count);  // count: the list's total
   if (threadIdx.x == 0) {
     first = BwdPayloadSlots::kNoPartialTile;
@@ -167,16 +166,16 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   const auto value_of = st_value_of<Traits>();
   MaskedRows rows[decltype(size<0>(coord))::value];
   key_masked_rows(rows, coord, p, b, head_q, kb.first + threadIdx.x / 128 * Traits::kWGKeys, kb.end);
-  for (int32_t chunk = range.x, slot0 = first; chunk < range.y && slot0 < ws.payloads.capacity; chunk += kThreads) {
-    const int32_t m = chunk + threadIdx.x;
-    const bool is_partial = partial(m);
+  for (int32_t chunk = 0, slot0 = first; chunk < walk.tiles && slot0 < ws.payloads.capacity; chunk += kThreads) {
+    const int32_t t = chunk + threadIdx.x;
+    const bool is_partial = partial(t);
     int32_t index = 0, chunk_count = 0;
     Scan(scan_storage).ExclusiveSum(int32_t(is_partial), index, chunk_count);
-    if (is_partial) chunk_tiles[index] = m;
+    if (is_partial) chunk_tiles[index] = walk.row0(t);
     __syncthreads();
     for (int32_t i = 0; i < chunk_count && slot0 + i < ws.payloads.capacity; ++i) {
       uint32_t bits[kWords];
-      payload_of_tile(bits, rows, coord, value_of, chunk_tiles[i] * Traits::kBlockM);
+      payload_of_tile(bits, rows, coord, value_of, chunk_tiles[i]);
       CUTLASS_PRAGMA_UNROLL
       for (int w = 0; w < kWords; ++w) words[(int64_t(slot0 + i) * kWords + w) * kThreads + threadIdx.x] = bits[w];
     }

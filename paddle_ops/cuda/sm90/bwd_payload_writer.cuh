@@ -46,7 +46,7 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
   uint32_t handoff_phases = 0;  // bit s: the phase of stage s's hand-off this warp waits for next
   BwdPayloadSlots payload_slots;
   for_each_bwd_tile<Traits::kBlockM, Traits::kBlockN>(
-      p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked, int32_t partial_index) {
+      p, ws, b, head_k, kb, [&](int32_t head_q, int32_t row0, bool masked, int32_t partial_index) {
         if (masked && payload_slots.of(p, ws, b, head_q, kb, partial_index) < 0) {
           const int s = stage.index();
           smem.payload_handoff[s].wait((handoff_phases >> s) & 1u);
@@ -59,7 +59,7 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
             MaskedRows rows[kRows];
             key_masked_rows(rows, coord, p, b, head_q, kb.first + t / 128 * Traits::kWGKeys, kb.end);
             uint32_t bits[kWords];
-            payload_of_tile(bits, rows, coord, st_value_of<Traits>(), m * Traits::kBlockM);
+            payload_of_tile(bits, rows, coord, st_value_of<Traits>(), row0);
             // Lane 0 stores every word: the consumers' reads are ordered after the stores by lane 0's
             // arrival below, which compute-sanitizer's racecheck follows for the arriving thread's own
             // stores only (other lanes' stores, ordered by __syncwarp, it reports as races).
@@ -74,7 +74,7 @@ __device__ __forceinline__ void write_missing_payloads(const BwdKernelParams<Tra
             }
           }
           if (lane == 0) {
-            smem.tiles[s] = BwdTile{m, head_q, true};
+            smem.tiles[s] = BwdTile{row0, head_q, true};
             // A later tile's payload may reach this stage by bulk copy (async proxy), after these stores.
             cutlass::arch::fence_view_async_shared();
             cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(pipeline_q.producer_get_barrier(stage),

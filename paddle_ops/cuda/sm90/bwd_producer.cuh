@@ -52,7 +52,7 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
     }
   };
   BwdPayloadSlots payload_slots;
-  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t m, bool masked,
+  for_each_bwd_tile<kBlockM, kBlockN>(p, ws, b, head_k, kb, [&](int32_t head_q, int32_t row0, bool masked,
                                                                 int32_t partial_index) {
     if (!kv_issued) {  // only CTAs with a visible tile load K and V (no load may outlive the CTA)
       smem.barrier_kv.arrive_and_expect_tx(2 * Traits::kKBytes);
@@ -60,13 +60,18 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
       copy(kp.tma_v.with(reinterpret_cast<BarrierType&>(smem.barrier_kv), 0), get<0>(tV), get<1>(tV));
       kv_issued = true;
     }
-    Tensor gQ = local_tile(mQ(_, _, head_q, b), Shape<Int<kBlockM>, Int<kD>>{}, make_coord(m, _0{}));
-    Tensor gdO = local_tile(mdO(_, _, head_q, b), Shape<Int<kBlockM>, Int<kD>>{}, make_coord(m, _0{}));
+    // The tile's kBlockM rows from row0 (zero-filled past Sq by TMA).
+    const auto tile_rows = make_coord(row0, _0{});
+    Tensor gQ = local_tile(domain_offset(tile_rows, mQ(_, _, head_q, b)), Shape<Int<kBlockM>, Int<kD>>{},
+                           make_coord(_0{}, _0{}));
+    Tensor gdO = local_tile(domain_offset(tile_rows, mdO(_, _, head_q, b)), Shape<Int<kBlockM>, Int<kD>>{},
+                            make_coord(_0{}, _0{}));
     auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     auto [tdOgdO, tdOsdO] =
         tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
-    // Row vectors are padded to a multiple of kBlockM (bwd_workspace.h): always a full 256 bytes.
-    const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + int64_t(m) * kBlockM;
+    // Row vectors are padded past the last tile's rows (bwd_workspace.h): always kBlockM floats, from
+    // a row0 at a multiple of 16 (16-byte aligned copies).
+    const int64_t row = (int64_t(b) * p.heads_q + head_q) * ws.seqlen_q_pad + row0;
     const int stage = write.index();
 
     if constexpr (Traits::kTilesFromProducer) {
@@ -79,7 +84,7 @@ __device__ __forceinline__ void produce_bwd_tiles(const BwdKernelParams<Traits>&
       if (masked && payload_slot < 0) {
         smem.payload_handoff[stage].arrive();
       } else {
-        smem.tiles[stage] = BwdTile{m, head_q, masked};
+        smem.tiles[stage] = BwdTile{row0, head_q, masked};
         pipeline_q.producer_acquire(write, {cutlass::BarrierStatus::WaitDone});  // expects the Q bytes
         pipeline_q.producer_expect_transaction(write, Traits::kRowVecBytes);
         if (payload_slot >= 0) {
