@@ -10,12 +10,13 @@ figure counts. Grids, per tile shape (query rows x keys):
 
 - fixed: tiles at multiples of the tile size, as our forward runs them;
 - keys at long documents: key blocks restart at the starts of documents at least one key block
-  long, query blocks fixed: our Hopper backward's grid (`paddle_ops/cuda/key_blocks.cuh`; the
-  fixed blocks where that would need more than the fixed count plus a quarter);
+  long, query blocks fixed (`paddle_ops/cuda/key_blocks.cuh`; the fixed blocks where that would
+  need more than the fixed count plus a quarter): our Hopper backward's key blocks at D = 128;
 - keys aligned: key blocks restart at every document start (`masks.document_starts`: where the
   mask is block diagonal), query blocks fixed;
 - rows anchored: the key blocks of "keys at long documents", each with its own query tiles from the
-  first row it sees rounded down to 16 rows (our Hopper backward's grid, `sm90/bwd_tiles.cuh`);
+  first row it sees rounded down to 16 rows (our Hopper backward's grid at D = 128, shape 64 x 128,
+  `sm90/bwd_tiles.cuh`; at D = 64, 128 x 128, its key blocks stay fixed);
 - aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
   sees when each document is a sequence of its own (its last tile in each document is short).
   Square masks (Sq = Sk): the query rows share the key columns' document starts.

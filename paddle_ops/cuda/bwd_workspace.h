@@ -4,8 +4,8 @@
 // (workspace_grid, bwd_tile_shape.h), so the kernels read LSE/D and add into dQ without edge checks.
 //
 //   lse_log2  float [B, Hq, Sq_pad]  LSE * log2(e); +inf on fully masked rows and padding (-> P = 0).
-//             Where the Hopper backward's tiles start off the row multiple (PlanLayout::row_align),
-//             Sq_pad holds one row multiple more, so that a tile from any row below Sq stays inside
+//             Sq_pad is one row multiple past Sq rounded up to it: the Hopper backward's tiles start
+//             at any multiple of 16 rows below Sq (PlanLayout::row_align) and end inside it
 //   dpsum     float [B, Hq, Sq_pad]  D = rowsum(dO * O); 0 on padding
 //   plan      the backward's mask plan, here unless the call brings its own (PlanLayout below):
 //             bounds, BlockBounds [slices, n_blocks] per key block min/max of the four column
@@ -53,7 +53,7 @@ struct Workspace {
   KeyBlocks key_blocks;                 // the Hopper backward's CTAs, where document-aligned
   MaskSlices slices;
   float* dq_accum = nullptr;      // nullptr in deterministic mode
-  int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple (carve_workspace)
+  int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple, plus one (carve_workspace)
   int32_t n_blocks = 0;           // ceil(Sk / block_n)
   int32_t row_align = 0;          // PlanLayout::row_align
   MaskPayloads payloads;
@@ -129,9 +129,10 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
                               bool plan_in_call = false) {
   const int32_t kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
   const WorkspaceGrid g = workspace_grid(kernel_dim);
-  // Tiles from any row below Sq reach at most one tile of rows past it (lse_log2 above).
-  const int64_t sq_pad = (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple +
-                         (plan.row_align > 0 ? g.row_multiple : 0);
+  // Tiles from any row below Sq reach at most one tile of rows past it (lse_log2 above); padded
+  // whatever the path and row_align, so that a size asked before the path is chosen holds.
+  const int64_t sq_pad =
+      (int64_t(p.seqlen_q) + g.row_multiple - 1) / g.row_multiple * g.row_multiple + g.row_multiple;
   const int64_t rows = int64_t(p.batch) * p.heads_q * sq_pad;
   size_t off = 0;
   auto take = [&](size_t bytes) {

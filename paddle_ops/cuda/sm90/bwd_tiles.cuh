@@ -1,5 +1,5 @@
-// The tiles one backward CTA visits: for its key block, every (query head of the GQA group, query
-// block) whose tile is not fully masked, in a fixed order. At D <= 128 (kTilesFromProducer) the
+// The tiles one backward CTA visits: for its key block, every (query head of the GQA group, kBlockM
+// query rows) tile that is not fully masked, in a fixed order. At D <= 128 (kTilesFromProducer) the
 // producer thread walks the sequence and hands each tile to the consumer warpgroups on the Q stage
 // that carries its Q (BwdTile), so the tile classification runs once per CTA instead of once per
 // consumer warp (~70 instructions per warp and tile at D = 128); at D = 256 every warp walks it.
@@ -23,7 +23,7 @@ namespace sm90 {
 // of at multiples of kBlockM visit fewer rows of other documents: a key block of a document sees
 // its document's rows from the document's start (bidirectional) or its own first key (causal).
 // row_align = 0 gives the fixed tiles, at multiples of kBlockM (with a block_mask, whose blocks a
-// tile must not straddle, and with dropout: bwd::PlanLayout).
+// tile must not straddle: bwd::PlanLayout). Dropout's keep bits follow the absolute row and key.
 template <int kBlockM, int kBlockN>
 struct BwdTileWalk {
   BlockBounds bounds;
