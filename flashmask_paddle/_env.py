@@ -71,7 +71,8 @@ VARIABLES = (
              "paddle_ops/cuda/sm90/bwd_launch_sm90.cu"),
     Variable("FLASHMASK_BWD_DOCUMENT_BLOCKS", "(auto)",
              "Key blocks of the Hopper backward restarting at packed documents' starts (index masks, "
-             "Sq = Sk): by default at head_dim 128; 1 at every head dim, 0 never (blocks at multiples "
+             "Sq = Sk): by default at head_dim 128, and at 64 with FLASHMASK_BWD_ROW_ANCHOR on; 1 at every "
+             "head dim, 0 never (blocks at multiples "
              "of the block size; tuning and tests).",
              "paddle_ops/cuda/key_blocks.cu"),
     Variable("FLASHMASK_BWD_ROW_ANCHOR", "1",

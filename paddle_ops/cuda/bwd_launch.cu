@@ -61,10 +61,10 @@ PlanLayout plan_layout(const BwdParams& p) {
   layout.block_n = workspace_grid(cuda_kernel_head_dim(p.head_dim, p.head_dim_v)).block_n;
 #if FLASHMASK_HAS_SM90
   if (bwd_sm90_selected(p)) {
-    layout.document_blocks = document_key_blocks_apply(p);
+    layout.row_align = sm90::bwd_row_align(p);
+    layout.document_blocks = document_key_blocks_apply(p, layout.row_align > 0);
     layout.payload_tile_rows = sm90::bwd_payload_tile_rows(p);
     layout.payload_tiles_per_list = layout.payload_tile_rows > 0 ? sm90::bwd_payload_tiles_per_list() : 0;
-    layout.row_align = sm90::bwd_row_align(p);
   }
 #endif
   return layout;

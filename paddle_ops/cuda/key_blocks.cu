@@ -144,14 +144,17 @@ size_t flags_bytes(const FwdParams& p) { return align_up(size_t(p.batch) * size_
 
 }  // namespace
 
-bool document_key_blocks_apply(const BwdParams& p) {
+bool document_key_blocks_apply(const BwdParams& p, bool rows_anchored) {
   if (!p.mask_form.has_indices() || p.seqlen_q != p.seqlen_k || p.block_mask != nullptr || p.dropout_p > 0.f)
     return false;
   const EnvSwitch forced = env_switch("FLASHMASK_BWD_DOCUMENT_BLOCKS");
   if (forced != EnvSwitch::kUnset) return forced == EnvSwitch::kOn;
-  // Measured ahead only at D = 128 (H200, 8K rows of documents): at D = 64, whose 128-row query
-  // tiles the shifted key blocks cut less evenly, causal documents ran 1-2% slower.
-  return cuda_kernel_head_dim(p.head_dim, p.head_dim_v) == 128;
+  // Measured ahead at D = 128 (H200, 8K rows of documents). At D = 64, whose 128-row query tiles at
+  // multiples of 128 the shifted key blocks cut less evenly, causal documents ran 1-2% slower: the
+  // visited tile area grows there (kernel_bench's 8K causal documents, visible share 0.796 ->
+  // 0.790), and shrinks once the tiles follow the key blocks' rows (0.829; document 0.879 -> 0.907).
+  const int kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
+  return kernel_dim == 128 || (kernel_dim == 64 && rows_anchored);
 }
 
 int32_t document_key_block_slots(const FwdParams& p, int32_t block_n) {

@@ -34,9 +34,10 @@ struct KeyBlocks {
 
 // Whether the backward of `p` runs on document-aligned key blocks: index masks on square problems
 // without a block_mask (its blocks sit at multiples of 128) or dropout (its random bits are laid
-// out per fixed block), at kernel head dim 128 (where they were measured ahead);
+// out per fixed block), at kernel head dim 128 (where they were measured ahead) and, where the
+// query tiles follow each key block's rows (`rows_anchored`: sm90/bwd_tiles.cuh), at 64;
 // FLASHMASK_BWD_DOCUMENT_BLOCKS=1 takes them at every head dim, =0 never.
-bool document_key_blocks_apply(const BwdParams& p);
+bool document_key_blocks_apply(const BwdParams& p, bool rows_anchored);
 
 // Slots per batch row for fixed blocks of block_n keys: their count plus a quarter.
 int32_t document_key_block_slots(const FwdParams& p, int32_t block_n);

@@ -310,8 +310,8 @@ def _document_rows(rng, s, rows, block, long_share=0.7):
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
-# D = 128 by default, the other head dims switched on (the default leaves them fixed).
-@pytest.mark.parametrize("head_dim,switch", [(64, "1"), (128, None), (256, "1")], ids=["D64", "D128", "D256"])
+# D = 128 and 64 by default (64: with the tiles from each key block's rows), D = 256 switched on.
+@pytest.mark.parametrize("head_dim,switch", [(64, None), (128, None), (256, "1")], ids=["D64", "D128", "D256"])
 @pytest.mark.parametrize("name", ["causal_documents", "documents", "share_question", "prefix_lm_document",
                                   "heads_differ", "over_budget"])
 def test_document_aligned_key_blocks(name, head_dim, switch, deterministic, monkeypatch):
@@ -320,7 +320,7 @@ def test_document_aligned_key_blocks(name, head_dim, switch, deterministic, monk
     TMA), short documents inside a block, padding, rows of a batch with different documents, mask
     heads whose documents differ (only the starts they share count), and rows needing more blocks
     than the plan has slots (every document 1 key past a block: the fixed blocks stay). By default
-    only D = 128 takes them; FLASHMASK_BWD_DOCUMENT_BLOCKS=1 every head dim."""
+    D = 128 and 64 take them; FLASHMASK_BWD_DOCUMENT_BLOCKS=1 every head dim."""
     if switch is not None:
         monkeypatch.setenv("FLASHMASK_BWD_DOCUMENT_BLOCKS", switch)
     rng = np.random.default_rng(SEED + 23 + head_dim)
