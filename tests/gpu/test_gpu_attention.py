@@ -348,27 +348,26 @@ def test_document_aligned_key_blocks(name, head_dim, switch, deterministic, monk
                seed=SEED + 23 + head_dim))
 
 
-@pytest.mark.parametrize("variant", ["plan_payloads", "kernel_payloads", "deterministic"])
-@pytest.mark.parametrize("anchor", ["1", "0"], ids=["anchored", "fixed"])
+@pytest.mark.parametrize("setting", ["anchored", "anchored_kernel_payloads", "anchored_deterministic", "fixed"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("form", [f for f in FORMS if f[1]], ids=form_id)
-def test_backward_tiles_from_each_key_blocks_first_row(form, head_dim, anchor, variant, monkeypatch):
+def test_backward_tiles_from_each_key_blocks_first_row(form, head_dim, setting, monkeypatch):
     """The Hopper backward's query tiles start at the first row each key block sees, rounded down to
     16 rows (default), or at multiples of its rows per step (FLASHMASK_BWD_ROW_ANCHOR=0): tiles that
     reach past Sq (Sq != Sk, odd lengths), GQA, and packed documents, whose key blocks' rows start
     anywhere; with the partial tiles' mask payloads from the plan or from the kernel's writer warp
     (FLASHMASK_SM90_BWD_PAYLOAD_TILES=0), and in deterministic mode (dQ by the portable kernel)."""
-    monkeypatch.setenv("FLASHMASK_BWD_ROW_ANCHOR", anchor)
-    if variant == "kernel_payloads":
+    monkeypatch.setenv("FLASHMASK_BWD_ROW_ANCHOR", "0" if setting == "fixed" else "1")
+    if setting == "anchored_kernel_payloads":
         monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", "0")
     seed = SEED + 41 + head_dim + 7 * form[1] + int(form[0])
     rng = np.random.default_rng(seed)
-    common = dict(heads_q=4, heads_k=2, head_dim=head_dim, dtype="bf16", deterministic=variant == "deterministic")
+    common = dict(heads_q=4, heads_k=2, head_dim=head_dim, dtype="bf16", deterministic=setting.endswith("deterministic"))
     sq, sk = 613, 877
     check(Case(batch=2, seqlen_q=sq, seqlen_k=sk, causal=form[0], indices=random_bounds(rng, form, 2, 2, sq, sk),
                seed=seed, **common))
     if form[1] == 2:  # one packed-documents row pair per causal flag
-        s = 1501
+        s = 1009
         idx, causal = masks.pack_documents(_document_rows(rng, s, 2, 128, long_share=0.5), s, causal=form[0])
         check(Case(batch=2, seqlen_q=s, seqlen_k=s, causal=causal, indices=np.ascontiguousarray(idx), seed=seed + 1,
                    **common))
