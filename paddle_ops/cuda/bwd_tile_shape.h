@@ -34,6 +34,11 @@ constexpr int sm90_rows_per_step(int head_dim, bool dropout = false) {
   return !dropout && head_dim == 64 ? 128 : 64;
 }
 constexpr int sm90_keys_per_cta(int head_dim) { return head_dim > 128 ? 64 : 128; }
+// The rows the Hopper backward's query tiles may start at when they follow each key block's first
+// visible row (PlanLayout::row_align): multiples of 16, the rows of one wgmma warp in the dQ
+// accumulator's layout (sm90/bwd_dq_layout.cuh), which makes a chunk from any such row one
+// contiguous bulk reduce; the LSE and D rows' bulk copies then start 64-byte aligned.
+constexpr int kSm90RowAlign = 16;
 
 // The grid the workspace is laid out on, whichever path runs (the path is chosen per call, after
 // the workspace and the plan are sized): rows padded to a multiple of every path's query tile, so

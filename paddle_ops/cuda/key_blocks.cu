@@ -152,7 +152,7 @@ bool document_key_blocks_apply(const BwdParams& p, bool rows_anchored) {
   // Measured ahead at D = 128 (H200, 8K rows of documents). At D = 64, whose 128-row query tiles at
   // multiples of 128 the shifted key blocks cut less evenly, causal documents ran 1-2% slower: the
   // visited tile area grows there (kernel_bench's 8K causal documents, visible share 0.796 ->
-  // 0.790), and shrinks once the tiles follow the key blocks' rows (0.829; document 0.879 -> 0.907).
+  // 0.790), and shrinks once the tiles follow the key blocks' rows (0.829; document 0.880 -> 0.907).
   const int kernel_dim = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);
   return kernel_dim == 128 || (kernel_dim == 64 && rows_anchored);
 }

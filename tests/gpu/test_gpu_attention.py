@@ -356,16 +356,18 @@ def test_backward_tiles_from_each_key_blocks_first_row(form, head_dim, setting, 
     16 rows (default), or at multiples of its rows per step (FLASHMASK_BWD_ROW_ANCHOR=0): tiles that
     reach past Sq (Sq != Sk, odd lengths), GQA, and packed documents, whose key blocks' rows start
     anywhere; with the partial tiles' mask payloads from the plan or from the kernel's writer warp
-    (FLASHMASK_SM90_BWD_PAYLOAD_TILES=0), and in deterministic mode (dQ by the portable kernel)."""
+    (FLASHMASK_SM90_BWD_PAYLOAD_TILES=0), and in deterministic mode (dQ by the portable kernel); one
+    mask for all heads, one per K/V head and one per query head (a setting each)."""
     monkeypatch.setenv("FLASHMASK_BWD_ROW_ANCHOR", "0" if setting == "fixed" else "1")
     if setting == "anchored_kernel_payloads":
         monkeypatch.setenv("FLASHMASK_SM90_BWD_PAYLOAD_TILES", "0")
     seed = SEED + 41 + head_dim + 7 * form[1] + int(form[0])
     rng = np.random.default_rng(seed)
     common = dict(heads_q=4, heads_k=2, head_dim=head_dim, dtype="bf16", deterministic=setting.endswith("deterministic"))
+    mask_heads = {"anchored_kernel_payloads": 1, "anchored_deterministic": 4}.get(setting, 2)
     sq, sk = 613, 877
-    check(Case(batch=2, seqlen_q=sq, seqlen_k=sk, causal=form[0], indices=random_bounds(rng, form, 2, 2, sq, sk),
-               seed=seed, **common))
+    check(Case(batch=2, seqlen_q=sq, seqlen_k=sk, causal=form[0],
+               indices=random_bounds(rng, form, 2, mask_heads, sq, sk), seed=seed, **common))
     if form[1] == 2:  # one packed-documents row pair per causal flag
         s = 1009
         idx, causal = masks.pack_documents(_document_rows(rng, s, 2, 128, long_share=0.5), s, causal=form[0])

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "flashmask/params.h"
+#include "../bwd_tile_shape.h"
 #include "../bwd_workspace.h"
 
 namespace flashmask {
@@ -23,6 +24,8 @@ namespace sm90 {
 // Where value i of consumer thread tidx's accumulator of a dQ chunk lies in the chunk.
 template <class Traits>
 __device__ __forceinline__ int dq_value_offset(int tidx, int i) {
+  // A group of rows is one warp's of the m64 accumulator: the tiles' row alignment must be that.
+  static_assert(Traits::kDqRows / 4 == bwd::kSm90RowAlign, "dQ row groups and tile row alignment disagree");
   constexpr int kWarpValues = Traits::kDqChunkElems / 4;  // a warp's 16 rows of the chunk
   return (tidx / 32) * kWarpValues + ((i / 4) * 32 + tidx % 32) * 4 + i % 4;
 }

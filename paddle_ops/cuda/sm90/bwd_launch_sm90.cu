@@ -3,7 +3,6 @@
 // (dtype, head dim) sm90 kernels.
 #include <algorithm>
 #include <cstdio>
-#include <string>
 
 #include "../bwd_preprocess.h"
 #include "../bwd_tile_shape.h"
@@ -45,9 +44,8 @@ int32_t sm90::bwd_payload_tile_rows(const BwdParams& p) {
 }
 
 int32_t sm90::bwd_row_align(const BwdParams& p) {
-  const char* v = std::getenv("FLASHMASK_BWD_ROW_ANCHOR");
-  if (p.block_mask != nullptr || (v != nullptr && std::string(v) == "0")) return 0;
-  return 16;
+  if (p.block_mask != nullptr || env_switch("FLASHMASK_BWD_ROW_ANCHOR") == EnvSwitch::kOff) return 0;
+  return bwd::kSm90RowAlign;
 }
 
 int32_t sm90::bwd_payload_tiles_per_list() { return env_int("FLASHMASK_SM90_BWD_PAYLOAD_TILES", 8, 0); }
@@ -64,7 +62,7 @@ void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t str
   // grid's row multiple, which every sm90 shape's query tile divides (a static_assert in
   // run_bwd_sm90_shape), and an fp32 dQ accumulator unless deterministic.
   if (ws.seqlen_q_pad % bwd::workspace_grid(sm90::kernel_head_dim(p)).row_multiple != 0 ||
-      (ws.dq_accum == nullptr) != p.deterministic)
+      (ws.row_align != 0 && ws.row_align != bwd::kSm90RowAlign) || (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
   bwd::launch_prepare_rows(p, ws, stream);
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_bwd_sm90", [&](auto e, auto d) {

@@ -31,11 +31,11 @@ int32_t bwd_payload_tile_rows(const BwdParams& p);
 // (bwd_payload_writer.cuh). FLASHMASK_SM90_BWD_PAYLOAD_TILES=N overrides (0: the kernel writes
 // them all; read when a plan or workspace is sized).
 int32_t bwd_payload_tiles_per_list();
-// The rows the backward's tiles are anchored at (bwd::PlanLayout::row_align): 16, so that each key
-// block's tiles start at the first row it sees (rounded down to the dQ accumulator's row groups,
-// bwd_dq_layout.cuh) and visit fewer rows of other documents; 0 (tiles at multiples of the rows per
-// step) with a block_mask, whose 128 x 128 blocks a tile must not straddle, or with
-// FLASHMASK_BWD_ROW_ANCHOR=0 (read when a plan or workspace is sized).
+// The rows the backward's tiles are anchored at (bwd::PlanLayout::row_align): bwd::kSm90RowAlign
+// (16), so that each key block's tiles start at the first row it sees (rounded down to the dQ
+// accumulator's row groups, bwd_dq_layout.cuh) and visit fewer rows of other documents; 0 (tiles
+// at multiples of the rows per step) with a block_mask, whose 128 x 128 blocks a tile must not
+// straddle, or with FLASHMASK_BWD_ROW_ANCHOR off (read when a plan or workspace is sized).
 int32_t bwd_row_align(const BwdParams& p);
 // Writes the payloads of the plan carved into `ws` (its bounds and key blocks built before it on
 // `stream`); next_slot: the plan's slot counter (PlanLayout::carve).
