@@ -4,7 +4,8 @@ grids and for document-aligned grids, on kernel_bench.py's masks. Counts only (n
     python benchmarks/tile_efficiency.py [--seqlens 8192 32768] [--masks document causal_document]
 
 A tile is visited when any of its (query, key) pairs is visible, and costs its whole area: the
-kernels compute every value of a visited tile and mask the rest. Efficiency = visible pairs /
+kernels compute every value of a visited tile and mask the rest. (The kernels find a block's rows
+from its block bounds, which may take in a few tiles more than this exact count.) Efficiency = visible pairs /
 (visited tiles x tile area), the fraction of the tensor-core work a TFLOP/s-over-visible-pairs
 figure counts. Grids, per tile shape (query rows x keys):
 
@@ -15,8 +16,8 @@ figure counts. Grids, per tile shape (query rows x keys):
 - keys aligned: key blocks restart at every document start (`masks.document_starts`: where the
   mask is block diagonal), query blocks fixed;
 - rows anchored: the key blocks of "keys at long documents", each with its own query tiles from the
-  first row it sees rounded down to 16 rows (our Hopper backward's grid at D = 128, shape 64 x 128,
-  `sm90/bwd_tiles.cuh`; at D = 64, 128 x 128, its key blocks stay fixed);
+  first row it sees rounded down to 16 rows: our Hopper backward's grid (`sm90/bwd_tiles.cuh`;
+  64 x 128 at D = 128, 128 x 128 at D = 64);
 - aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
   sees when each document is a sequence of its own (its last tile in each document is short).
   Square masks (Sq = Sk): the query rows share the key columns' document starts.
@@ -40,7 +41,6 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from flashmask_paddle import masks  # noqa: E402
-from flashmask_paddle.masks._core import _touched_tiles  # noqa: E402  (the tiles a grid visits)
 from flashmask_paddle.bench import provenance  # noqa: E402
 
 import kernel_bench  # noqa: E402  (its masks: documents drawn the same way, same seeds)
@@ -73,8 +73,9 @@ def long_document_key_starts(documents: np.ndarray, length: int, block: int) -> 
 def anchored_tiles(slice_: np.ndarray, causal: bool, seqlen_q: int, key_starts: np.ndarray, block_m: int) -> int:
     """Visited tiles of one [Sk, C] slice when each key block's query tiles of block_m rows start at
     the first row it sees, rounded down to ROW_ANCHOR rows."""
-    groups = _touched_tiles(slice_[None, None], causal, seqlen_q, np.arange(0, seqlen_q, ROW_ANCHOR),
-                            key_starts)[0, 0]  # [row groups, key blocks]
+    row_groups = np.arange(0, seqlen_q, ROW_ANCHOR)
+    groups = masks.touched_tiles(slice_[None, None], causal, seqlen_q, row_starts=row_groups,
+                                 key_starts=key_starts)[0, 0]  # [row groups, key blocks]
     per_tile = block_m // ROW_ANCHOR
     tiles = 0
     for touched in groups.T:
