@@ -37,7 +37,7 @@ VARIABLES = (
              "plan built for the same mask tensor by an earlier call.",
              "flashmask_paddle.api, flashmask_paddle.torch"),
     Variable("FLASHMASK_FORCE_PATH", "(auto)",
-             "sm80 or sm90: run the portable or the Hopper CUDA kernels regardless of the device.",
+             "sm80 or sm90 (any case): run the portable or the Hopper CUDA kernels regardless of the device.",
              "paddle_ops/cuda/sm90/path_sm90.cu"),
     Variable("FLASHMASK_CPU_FUSED_DQ_MB", "256",
              "Largest total size (MiB) of the per-thread dQ buffers of the CPU backward's fused path; "

@@ -12,9 +12,9 @@ import pytest
 from flashmask_paddle import _env, _ops
 
 ROOT = Path(__file__).resolve().parents[1]
-# Reads of a variable in code: getenv("X"), env_switch("X"), env_int("X", environ.get("X"), environ["X"],
-# $ENV{X}, _env.*("X").
-_READ = re.compile(r"""(?:getenv\(|env_switch\(|env_int\(|environ\.get\(|environ\[|\$ENV\{|_env\.(?:flag|value)\()\s*["']?"""
+# Reads of a variable in code: getenv("X"), env_switch("X"), env_int("X", env_choice("X", environ.get("X"),
+# environ["X"], $ENV{X}, _env.*("X").
+_READ = re.compile(r"""(?:getenv\(|env_switch\(|env_int\(|env_choice\(|environ\.get\(|environ\[|\$ENV\{|_env\.(?:flag|value)\()\s*["']?"""
                    r"""(FLASHMASK_[A-Z0-9_]+)""")
 
 
@@ -63,8 +63,9 @@ int main() {
   try {
     const flashmask::EnvSwitch s = flashmask::env_switch("FLASHMASK_DETERMINISTIC");
     const int n = flashmask::env_int("FLASHMASK_BWD_SLICE_GROUPS", -7, 1);
-    std::printf("%s %d\n", s == flashmask::EnvSwitch::kOn ? "on" : s == flashmask::EnvSwitch::kOff ? "off" : "unset",
-                n);
+    const int path = flashmask::env_choice("FLASHMASK_FORCE_PATH", {"sm80", "sm90"});
+    std::printf("%s %d %d\n", s == flashmask::EnvSwitch::kOn ? "on" : s == flashmask::EnvSwitch::kOff ? "off" : "unset",
+                n, path);
   } catch (const std::invalid_argument& e) {
     std::printf("error: %s\n", e.what());
   }
@@ -72,10 +73,18 @@ int main() {
 """
 
 
+_DRIVER_VARIABLES = ("FLASHMASK_DETERMINISTIC", "FLASHMASK_BWD_SLICE_GROUPS", "FLASHMASK_FORCE_PATH")
+
+
+def _unset_driver_variables(monkeypatch):
+    for name in _DRIVER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="module")
 def env_driver(tmp_path_factory):
     """The library's parser of its environment settings (paddle_ops/include/flashmask/env.h) built
-    into a small program printing a switch and a number."""
+    into a small program printing a switch, a number and a choice."""
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         pytest.skip("no C++ compiler")
@@ -89,21 +98,27 @@ def env_driver(tmp_path_factory):
 
 @pytest.mark.parametrize("text", ["1", "yes", "ON", "True", "0", "off", "No", "FALSE", "", " 1", "off\n", "  "])
 def test_the_library_parses_a_switch_as_python_does(env_driver, monkeypatch, text):
-    monkeypatch.delenv("FLASHMASK_BWD_SLICE_GROUPS", raising=False)
+    _unset_driver_variables(monkeypatch)
     monkeypatch.setenv("FLASHMASK_DETERMINISTIC", text)
     given = _env.switch("FLASHMASK_DETERMINISTIC")
-    assert env_driver() == {None: "unset", True: "on", False: "off"}[given] + " -7"
+    assert env_driver() == {None: "unset", True: "on", False: "off"}[given] + " -7 0"
 
 
 @pytest.mark.parametrize("text,expected", [(None, "-7"), ("", "-7"), ("16", "16"), (" 3", "3"), ("3 \n", "3"),
                                            ("1", "1")])
 def test_the_library_reads_a_number_or_its_default(env_driver, monkeypatch, text, expected):
-    monkeypatch.delenv("FLASHMASK_DETERMINISTIC", raising=False)
-    if text is None:
-        monkeypatch.delenv("FLASHMASK_BWD_SLICE_GROUPS", raising=False)
-    else:
+    _unset_driver_variables(monkeypatch)
+    if text is not None:
         monkeypatch.setenv("FLASHMASK_BWD_SLICE_GROUPS", text)
-    assert env_driver() == f"unset {expected}"
+    assert env_driver() == f"unset {expected} 0"
+
+
+@pytest.mark.parametrize("text,expected", [(None, 0), ("", 0), ("sm80", 1), ("sm90", 2), (" SM90\n", 2)])
+def test_the_library_reads_a_choice_in_any_case(env_driver, monkeypatch, text, expected):
+    _unset_driver_variables(monkeypatch)
+    if text is not None:
+        monkeypatch.setenv("FLASHMASK_FORCE_PATH", text)
+    assert env_driver() == f"unset -7 {expected}"
 
 
 @pytest.mark.parametrize("name,text,words", [
@@ -112,10 +127,10 @@ def test_the_library_reads_a_number_or_its_default(env_driver, monkeypatch, text
     ("FLASHMASK_BWD_SLICE_GROUPS", "0", ["FLASHMASK_BWD_SLICE_GROUPS", "'0'"]),
     ("FLASHMASK_BWD_SLICE_GROUPS", "4x", ["'4x'"]),
     ("FLASHMASK_BWD_SLICE_GROUPS", "99999999999", ["'99999999999'"]),
+    ("FLASHMASK_FORCE_PATH", "sm70", ["FLASHMASK_FORCE_PATH", "'sm70'", "one of sm80, sm90"]),
 ])
 def test_the_library_refuses_a_misspelt_setting_naming_it(env_driver, monkeypatch, name, text, words):
-    for other in ("FLASHMASK_DETERMINISTIC", "FLASHMASK_BWD_SLICE_GROUPS"):
-        monkeypatch.delenv(other, raising=False)
+    _unset_driver_variables(monkeypatch)
     monkeypatch.setenv(name, text)
     out = env_driver()
     assert out.startswith("error:") and all(w in out for w in words), out

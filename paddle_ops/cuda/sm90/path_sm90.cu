@@ -1,22 +1,18 @@
 // Device check and FLASHMASK_FORCE_PATH parsing for the sm90 dispatchers (path_sm90.h).
 #include "path_sm90.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <stdexcept>
-#include <string>
-
 #include "../utils.cuh"
+#include "flashmask/env.h"
 
 namespace flashmask {
 namespace sm90 {
 
 int forced_path() {
-  const char* v = std::getenv("FLASHMASK_FORCE_PATH");
-  if (v == nullptr || *v == '\0') return 0;
-  if (std::strcmp(v, "sm80") == 0) return 80;
-  if (std::strcmp(v, "sm90") == 0) return 90;
-  throw std::runtime_error(std::string("flashmask: FLASHMASK_FORCE_PATH must be sm80 or sm90, got '") + v + "'");
+  switch (env_choice("FLASHMASK_FORCE_PATH", {"sm80", "sm90"})) {
+    case 1: return 80;
+    case 2: return 90;
+    default: return 0;
+  }
 }
 
 bool device_is_sm90() {

@@ -57,7 +57,7 @@ bool every_instantiation(Pred&& pred) {
          pred(cutlass::bfloat16_t{}, HeadDim<256>{}) && pred(cutlass::half_t{}, HeadDim<256>{});
 }
 
-// 0: no override; 80 / 90: FLASHMASK_FORCE_PATH=sm80 / sm90 (anything else throws, naming it).
+// 0: no override; 80 / 90: FLASHMASK_FORCE_PATH=sm80 / sm90 (anything else is an ArgError naming it).
 int forced_path();
 
 // Whether the current device has compute capability 9.0 (cached per device: the query costs a

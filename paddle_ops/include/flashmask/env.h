@@ -1,7 +1,7 @@
 // The library's settings read from the environment (docs/ENV.md lists them all): on/off switches,
 // parsed as the Python package parses its own (flashmask_paddle/_env.py, flag: 1/true/on/yes and
 // 0/false/off/no in any case, surrounding whitespace ignored, empty meaning unset), and whole
-// numbers. Any other value is refused with an ArgError naming the variable, so that a misspelt
+// numbers, and names from a fixed list. Any other value is refused with an ArgError naming the variable, so that a misspelt
 // setting never silently keeps the default.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "flashmask/check.h"
@@ -55,6 +56,21 @@ inline int env_int(const char* name, int fallback, int min_value) {
       value > INT_MAX)
     bad_env_value(name, text, "a whole number from " + std::to_string(min_value));
   return int(value);
+}
+
+// One of `choices` (compared without regard to case): its position from 1; unset or blank: 0.
+inline int env_choice(const char* name, std::initializer_list<const char*> choices) {
+  std::string text;
+  if (!env_text(name, &text)) return 0;
+  std::string lower = text, listed;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  int position = 0;
+  for (const char* choice : choices) {
+    ++position;
+    if (lower == choice) return position;
+    listed += (listed.empty() ? "" : ", ") + std::string(choice);
+  }
+  bad_env_value(name, text, "one of " + listed);
 }
 
 }  // namespace flashmask
