@@ -1,8 +1,8 @@
 // The library's settings read from the environment (docs/ENV.md lists them all): on/off switches,
 // parsed as the Python package parses its own (flashmask_paddle/_env.py, flag: 1/true/on/yes and
-// 0/false/off/no in any case, surrounding whitespace ignored, empty meaning unset), and whole
-// numbers, and names from a fixed list. Any other value is refused with an ArgError naming the variable, so that a misspelt
-// setting never silently keeps the default.
+// 0/false/off/no in any case, surrounding whitespace ignored, empty meaning unset), whole numbers,
+// and names from a fixed list. Any other value is refused with an ArgError naming the variable, so
+// that a misspelt setting never silently keeps the default.
 #pragma once
 
 #include <cctype>
@@ -33,31 +33,6 @@ inline bool env_text(const char* name, std::string* text) {
   throw ArgError(std::string("flashmask: ") + name + " must be " + expected + "; got '" + text + "'");
 }
 
-enum class EnvSwitch { kUnset, kOff, kOn };
-
-inline EnvSwitch env_switch(const char* name) {
-  std::string text;
-  if (!env_text(name, &text)) return EnvSwitch::kUnset;
-  std::string lower = text;
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "1" || lower == "true" || lower == "on" || lower == "yes") return EnvSwitch::kOn;
-  if (lower == "0" || lower == "false" || lower == "off" || lower == "no") return EnvSwitch::kOff;
-  bad_env_value(name, text, "one of 1, true, on, yes, 0, false, off, no");
-}
-
-// A whole number of at least `min_value`; unset or blank: `fallback`.
-inline int env_int(const char* name, int fallback, int min_value) {
-  std::string text;
-  if (!env_text(name, &text)) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || std::isspace(static_cast<unsigned char>(text[0])) || value < min_value ||
-      value > INT_MAX)
-    bad_env_value(name, text, "a whole number from " + std::to_string(min_value));
-  return int(value);
-}
-
 // One of `choices` (compared without regard to case): its position from 1; unset or blank: 0.
 inline int env_choice(const char* name, std::initializer_list<const char*> choices) {
   std::string text;
@@ -71,6 +46,27 @@ inline int env_choice(const char* name, std::initializer_list<const char*> choic
     listed += (listed.empty() ? "" : ", ") + std::string(choice);
   }
   bad_env_value(name, text, "one of " + listed);
+}
+
+enum class EnvSwitch { kUnset, kOff, kOn };
+
+inline EnvSwitch env_switch(const char* name) {
+  // The first four spellings are on, the last four off.
+  const int given = env_choice(name, {"1", "true", "on", "yes", "0", "false", "off", "no"});
+  return given == 0 ? EnvSwitch::kUnset : given <= 4 ? EnvSwitch::kOn : EnvSwitch::kOff;
+}
+
+// A whole number of at least `min_value`; unset or blank: `fallback`.
+inline int env_int(const char* name, int fallback, int min_value) {
+  std::string text;
+  if (!env_text(name, &text)) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || std::isspace(static_cast<unsigned char>(text[0])) || value < min_value ||
+      value > INT_MAX)
+    bad_env_value(name, text, "a whole number from " + std::to_string(min_value));
+  return int(value);
 }
 
 }  // namespace flashmask
