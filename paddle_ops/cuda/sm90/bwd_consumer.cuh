@@ -98,6 +98,7 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kWGKeys>, Int<kBlockM>>{}));
   Tensor coord = rowcol_view(tScS);
   constexpr int kRows = decltype(size<0>(coord))::value;  // keys held by this thread
+  constexpr int kCols = decltype(size<1>(coord))::value;  // queries held by this thread
   // dS^T as (key, query, buffer), this warpgroup's keys: its accumulators leave by stmatrix, 8 x 8
   // blocks whose rows are a key's 8 adjacent queries (16 contiguous bytes of the query-contiguous
   // layout), four blocks per instruction instead of a 32-bit store per query pair.
@@ -190,16 +191,27 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
       }
     }
 
+    // The query rows' LSE_log2 and D: into registers while S^T and dP^T are in flight where
+    // Traits::kRowVectorsEarly, else read from shared memory after each wait.
+    const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
+    const float* dpsum = smem.dpsum.data() + stage * kBlockM;
+    [[maybe_unused]] float early_lse[kCols];
+    [[maybe_unused]] float early_d[kCols];
+    if constexpr (Traits::kRowVectorsEarly) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) early_lse[j] = lse_log2[get<1>(coord(0, j))];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) early_d[j] = dpsum[get<1>(coord(0, j))];
+    }
+
     // P^T = exp2(S^T * scale_log2 - LSE_log2) while dP^T is still in flight. LSE_log2 is +inf on
     // fully masked and padding rows, so P is exactly 0 there.
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
     Tensor s = rowcol_view(acc_s);
-    const float* lse_log2 = smem.lse_log2.data() + stage * kBlockM;
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < size<1>(s); ++j) {
-      const int32_t q = get<1>(coord(0, j));
-      const float lse = lse_log2[q];
+    for (int j = 0; j < kCols; ++j) {
+      const float lse = Traits::kRowVectorsEarly ? early_lse[j] : lse_log2[get<1>(coord(0, j))];
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kRows; ++i) {
         const float prob = exp2_approx(s(i, j) * kp.scale_log2 - lse);
@@ -215,11 +227,10 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dp);
     Tensor dp = rowcol_view(acc_dp);
-    const float* dpsum = smem.dpsum.data() + stage * kBlockM;
     if constexpr (kDropout) apply_dropout(acc_dp, keep, p.dropout_p);
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < size<1>(dp); ++j) {
-      const float d = dpsum[get<1>(coord(0, j))];
+    for (int j = 0; j < kCols; ++j) {
+      const float d = Traits::kRowVectorsEarly ? early_d[j] : dpsum[get<1>(coord(0, j))];
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kRows; ++i) dp(i, j) = s(i, j) * (dp(i, j) - d);
     }

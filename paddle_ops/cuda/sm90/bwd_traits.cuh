@@ -96,6 +96,13 @@ struct BwdTraits {
   // alternating, bwd TFLOP/s: 8K causal +2%, document +1-2%, D = 64 causal +4%, few-tile CTAs level;
   // kernel_h200_bwd_next_st_ab.json). Its dP^T as well spilled and lost 2-4%.
   static constexpr bool kNextStUnderDk = kCanWriteDqUnderDk && kTilesFromProducer;
+  // At D = 128 the consumers read their query rows' LSE and D into registers before waiting for
+  // S^T and dP^T, taking their shared-memory latency off the path from each wait to the exp2 / FMA
+  // (H200, processes alternating, bwd TFLOP/s: 32K document +2-11% in five pairings, 32K causal,
+  // prefix-LM causal and share question -0.6 to -1.2%, 8K rows within 1%; DESIGN_backward.md). LSE
+  // alone lost 1-2% on most rows; at D = 64 the 64 extra registers of its 128-row steps spill
+  // (-7.5%); D = 256 was not measured.
+  static constexpr bool kRowVectorsEarly = kHeadDim == 128;
   // Warps of the producer warpgroup: 0 the producer thread, 1 .. kConsumerWGs the dQ writers
   // (bwd_dq_writer.cuh), then the payload writer (bwd_payload_writer.cuh).
   static constexpr int kPayloadWriterWarp = 1 + kConsumerWGs;
