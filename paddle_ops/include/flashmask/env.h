@@ -63,8 +63,8 @@ inline int env_int(const char* name, int fallback, int min_value) {
   char* end = nullptr;
   errno = 0;
   const long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || std::isspace(static_cast<unsigned char>(text[0])) || value < min_value ||
-      value > INT_MAX)
+  // env_text trimmed the text, so strtol's own skipping of leading whitespace never applies.
+  if (errno != 0 || *end != '\0' || value < min_value || value > INT_MAX)
     bad_env_value(name, text, "a whole number from " + std::to_string(min_value));
   return int(value);
 }
