@@ -25,8 +25,9 @@ bwd_ms_rounds): timed one after the other, always in the same order, identical c
 drifted up to 5% apart as the GPU heats up at its power limit. --kernel-time adds each call's
 summed kernel time from torch.profiler, in one pass after the rounds (GPU work only: a call whose
 host side launches slower than its kernels run reads faster there). Each timing also records the
-GPU's mean SM clock and power draw over its warm-up and timed calls, and what held the clock down
-(fwd_sm_mhz, fwd_power_w, fwd_clock_limits, bwd_...; NVML read every 20 ms; over --rounds, the mean
+GPU's mean SM clock and power draw over its warm-up and timed calls, what held the clock down, and
+the GPU's and its HBM's temperatures where the driver reports them (fwd_sm_mhz, fwd_power_w,
+fwd_clock_limits, fwd_gpu_c, fwd_mem_c, bwd_...; NVML read every 20 ms; over --rounds, the mean
 and the last round's limits): at the power limit the clock
 drops, so a kernel's energy per FLOP shows in its time. FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
 comes from `create_block_mask` over a mask_mod that looks the column bounds up in tensors (the
@@ -66,7 +67,7 @@ for _path in (REPO, REPO / "benchmarks"):
 from e2e_attention import host_seconds  # noqa: E402
 from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402
-from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, current_cuda_reader  # noqa: E402
+from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, current_cuda_reader, mean_of_read  # noqa: E402
 
 MASKS = ("causal", "sliding_window", "causal_document", "document", "share_question",
          "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
@@ -684,12 +685,14 @@ def time_round(torch, p: Prepared, warmup: int, reps: int) -> None:
 
 def mean_clock(samples) -> ClockSample | None:
     """The rounds' clock samples as one: SM clock and power the mean over the rounds that have a
-    sample, the clock limits those of the last of them; None without any."""
+    sample, temperatures over those that read them, the clock limits those of the last of them;
+    None without any."""
     got = [s for s in samples if s is not None]
     if not got:
         return None
     return ClockSample(float(np.mean([s.sm_mhz for s in got])), float(np.mean([s.power_w for s in got])),
-                       sum(s.count for s in got), got[-1].limits)
+                       sum(s.count for s in got), got[-1].limits,
+                       mean_of_read(s.gpu_c for s in got), mean_of_read(s.mem_c for s in got))
 
 
 def phase_fields(phase: str, results) -> dict:
@@ -876,7 +879,9 @@ def table(rows) -> str:
         note = r.get("error") or r.get("skipped") or ""
         if r.get("fwd_sm_mhz") or r.get("bwd_sm_mhz"):
             limits = sorted({r.get(f"{p}_clock_limits") for p in ("fwd", "bwd")} - {None, "none"})
-            note = f"{r.get('fwd_sm_mhz', '-')}/{r.get('bwd_sm_mhz', '-')} MHz{' ' + ','.join(limits) if limits else ''} {note}"
+            hbm = f" HBM {f('fwd_mem_c', '.0f')}/{f('bwd_mem_c', '.0f')} C" if r.get("fwd_mem_c") or r.get("bwd_mem_c") else ""
+            note = (f"{r.get('fwd_sm_mhz', '-')}/{r.get('bwd_sm_mhz', '-')} MHz{hbm}"
+                    f"{' ' + ','.join(limits) if limits else ''} {note}")
         if r.get("fwd_kernel_tflops") or r.get("bwd_kernel_tflops"):
             note = f"kernel TF {f('fwd_kernel_tflops', '.1f')}/{f('bwd_kernel_tflops', '.1f')} {note}"
         if is_ours(r["impl"]) and ref:
@@ -884,7 +889,7 @@ def table(rows) -> str:
         lines.append(f"{r['impl']:<16} {r['mask']:<22} {r['seqlen']:>6} {r['batch']:>2} {r['heads']:>3} "
                      f"{r['heads_k']:>3} {r['head_dim']:>4} {r['dtype']:<5} {f('fwd_ms', '8.3f'):>8} "
                      f"{f('bwd_ms', '8.3f'):>8} {f('fwd_tflops', '7.1f'):>7} {f('bwd_tflops', '7.1f'):>7} "
-                     f"{f('density', '5.3f'):>5} {ratio:>11}  {note[:60]}")
+                     f"{f('density', '5.3f'):>5} {ratio:>11}  {note[:80]}")
     return "\n".join(lines)
 
 

@@ -20,6 +20,19 @@ def test_samples_are_averaged_into_named_fields():
     assert ClockSample.of([]) is None
 
 
+def test_temperatures_are_the_mean_of_the_samples_that_read_them():
+    samples = [(1700.0, 690.0, None, 61.0, 78.0), (1710.0, 688.0, None, 63.0, None),  # HBM not read
+               (1720.0, 695.0)]  # a read with neither
+    sample = ClockSample.of(samples)
+    assert sample.count == 3
+    assert sample.gpu_c == pytest.approx(62.0)
+    assert sample.mem_c == pytest.approx(78.0)
+    assert sample.fields("bwd") == {"bwd_sm_mhz": 1710, "bwd_power_w": 691.0, "bwd_gpu_c": 62.0, "bwd_mem_c": 78.0}
+    no_temperatures = ClockSample.of([(1700.0, 690.0, None, None, None)])
+    assert no_temperatures.gpu_c is None and no_temperatures.mem_c is None
+    assert set(no_temperatures.fields("fwd")) == {"fwd_sm_mhz", "fwd_power_w"}
+
+
 def test_clock_limits_are_the_reasons_of_at_least_half_the_samples():
     power_cap = next(bit for bit, name in CLOCK_LIMITS.items() if name == "sw_power_cap")
     thermal = next(bit for bit, name in CLOCK_LIMITS.items() if name == "hw_thermal")

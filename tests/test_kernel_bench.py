@@ -71,8 +71,8 @@ def test_rounds_alternate_list_order_and_reversed_order():
     assert impls == ("flashmask", "flashmask:b", "flex")  # the row's list itself is left as it is
 
 
-def _round(gpu_ms, host_ms, sm_mhz=None, power_w=None, limits=None):
-    clock = None if sm_mhz is None else kernel_bench.ClockSample(sm_mhz, power_w, 10, limits)
+def _round(gpu_ms, host_ms, sm_mhz=None, power_w=None, limits=None, gpu_c=None, mem_c=None):
+    clock = None if sm_mhz is None else kernel_bench.ClockSample(sm_mhz, power_w, 10, limits, gpu_c, mem_c)
     return kernel_bench.Timing(gpu_ms, host_ms), clock
 
 
@@ -83,6 +83,13 @@ def test_phase_fields_take_medians_over_rounds_and_the_mean_clock():
     fields = kernel_bench.phase_fields("bwd", results)
     assert fields == {"bwd_ms": 1.1, "bwd_ms_rounds": [1.0, 1.3, 1.1], "bwd_host_ms": 0.2,
                       "bwd_sm_mhz": 1813, "bwd_power_w": 680.0, "bwd_clock_limits": "none"}
+
+
+def test_phase_fields_average_the_temperatures_of_the_rounds_that_read_them():
+    results = [_round(1.0, 0.1, 1700.0, 690.0, None, 60.0, 80.0), _round(1.2, 0.1, 1700.0, 690.0, None, 64.0),
+               _round(1.1, 0.1, 1700.0, 690.0)]
+    fields = kernel_bench.phase_fields("fwd", results)
+    assert fields["fwd_gpu_c"] == 62.0 and fields["fwd_mem_c"] == 80.0
 
 
 def test_phase_fields_of_one_round_are_the_single_timing_and_its_clock_fields():

@@ -1,11 +1,13 @@
-"""The GPU's SM clock and power draw while a timed loop runs, sampled through NVML.
+"""The GPU's SM clock, power draw and temperatures while a timed loop runs, sampled through NVML.
 
 Kernels that keep an H200 busy run at its power limit, where it lowers the clock; a kernel that
 spends more energy per FLOP (instructions, shared memory and DRAM traffic) then runs at a lower
 clock than another doing the same work. The kernel benchmark records each timing's mean clock and
 power, and what held the clock down (NVML's clock event reasons, e.g. ``sw_power_cap``), so that a
 table can tell a slower kernel from a slower clock. Power is NVML's instantaneous reading where the
-driver has it: the default one averages over about a second, longer than a timed loop.
+driver has it: the default one averages over about a second, longer than a timed loop. The GPU's
+and its memory's (HBM) temperatures come with each sample where the driver reports them: hot HBM
+is refreshed more often and gives less bandwidth at the same clock, which no clock reason shows.
 
 Standard library only (ctypes over the driver's ``libnvidia-ml.so.1``; the H200 scripts import it
 beside torch). Where NVML is missing or refuses, the sampler yields nothing and the benchmark
@@ -15,15 +17,27 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Callable, Optional, Tuple  # aliases below: Python 3.9 has no X | None at run time
+from typing import Callable, NamedTuple, Optional  # aliases below: Python 3.9 has no X | None at run time
 
-__all__ = ["CLOCK_LIMITS", "ClockSample", "ClockSampler", "current_cuda_reader", "nvml_reader"]
+__all__ = ["CLOCK_LIMITS", "ClockSample", "ClockSampler", "Sample", "current_cuda_reader", "mean_of_read", "nvml_reader"]
 
 PERIOD_S = 0.02
 _NVML_CLOCK_SM = 1  # nvmlClockType_t
-_NVML_FI_DEV_POWER_INSTANT = 186  # nvmlFieldValue_t field id (mW)
-# A sample: (SM clock MHz, power W, nvmlClocksEventReasons bits or None where not read).
-Sample = Tuple[float, float, Optional[int]]
+_NVML_FI_DEV_POWER_INSTANT = 186  # nvmlFieldValue_t field ids: power (mW), HBM temperature (C)
+_NVML_FI_DEV_MEMORY_TEMP = 82
+_NVML_TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
+
+
+class Sample(NamedTuple):
+    """One read: SM clock (MHz), power (W), nvmlClocksEventReasons bits, GPU and HBM temperature
+    (C); the last three None where the driver did not give them."""
+    sm_mhz: float
+    power_w: float
+    reasons: Optional[int] = None
+    gpu_c: Optional[float] = None
+    mem_c: Optional[float] = None
+
+
 Reader = Callable[[], Optional[Sample]]
 # nvmlClocksEventReasons bits, and the names a table shows; GPU idle is left out (a sample between
 # two launches is not a limit).
@@ -52,28 +66,42 @@ def _field_number(field: _FieldValue) -> float:
     return float(getattr(field.value, _VALUE_MEMBERS.get(field.valueType, "ui")))
 
 
-class ClockSample:
-    """Mean SM clock (MHz) and power draw (W) over the samples of one window, their count, and the
-    clock limits (CLOCK_LIMITS names) active in at least half of them (None: not read)."""
+def mean_of_read(values) -> float | None:
+    """The mean of the values that were read (not None), None where none was."""
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
 
-    def __init__(self, sm_mhz: float, power_w: float, count: int, limits: list[str] | None = None):
+
+class ClockSample:
+    """Mean SM clock (MHz) and power draw (W) over the samples of one window, their count, the
+    clock limits (CLOCK_LIMITS names) active in at least half of them, and the mean GPU and HBM
+    temperatures (C) of the samples that have them (limits and temperatures None: not read)."""
+
+    def __init__(self, sm_mhz: float, power_w: float, count: int, limits: list[str] | None = None,
+                 gpu_c: float | None = None, mem_c: float | None = None):
         self.sm_mhz, self.power_w, self.count, self.limits = sm_mhz, power_w, count, limits
+        self.gpu_c, self.mem_c = gpu_c, mem_c
 
     @classmethod
     def of(cls, samples) -> ClockSample | None:
         if not samples:
             return None
+        samples = [Sample(*s) for s in samples]
         n = len(samples)
-        bits = [s[2] for s in samples if s[2] is not None]
+        bits = [s.reasons for s in samples if s.reasons is not None]
         limits = None
         if bits:
             limits = [name for bit, name in CLOCK_LIMITS.items() if 2 * sum(1 for b in bits if b & bit) >= len(bits)]
-        return cls(sum(s[0] for s in samples) / n, sum(s[1] for s in samples) / n, n, limits)
+        return cls(sum(s.sm_mhz for s in samples) / n, sum(s.power_w for s in samples) / n, n, limits,
+                   mean_of_read(s.gpu_c for s in samples), mean_of_read(s.mem_c for s in samples))
 
     def fields(self, prefix: str) -> dict:
         out = {f"{prefix}_sm_mhz": round(self.sm_mhz), f"{prefix}_power_w": round(self.power_w, 1)}
         if self.limits is not None:
             out[f"{prefix}_clock_limits"] = "+".join(self.limits) or "none"
+        for name, value in (("gpu_c", self.gpu_c), ("mem_c", self.mem_c)):
+            if value is not None:
+                out[f"{prefix}_{name}"] = round(value, 1)
         return out
 
 
@@ -91,8 +119,9 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
     found = gpu_uuid is not None and lib.nvmlDeviceGetHandleByUUID(gpu_uuid.encode(), ctypes.byref(handle)) == 0
     if not found and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
         return None
-    mhz, milliwatts, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+    mhz, milliwatts, reasons, celsius = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong(), ctypes.c_uint()
     field = _FieldValue(fieldId=_NVML_FI_DEV_POWER_INSTANT)
+    mem_field = _FieldValue(fieldId=_NVML_FI_DEV_MEMORY_TEMP)
     reasons_of = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
 
@@ -104,6 +133,17 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
             return milliwatts.value / 1000.0
         return None
 
+    def gpu_c() -> float | None:
+        if lib.nvmlDeviceGetTemperature(handle, _NVML_TEMPERATURE_GPU, ctypes.byref(celsius)) == 0:
+            return float(celsius.value)
+        return None
+
+    def mem_c() -> float | None:  # 0 where the board has no HBM sensor
+        mem_field.nvmlReturn = 1
+        if lib.nvmlDeviceGetFieldValues(handle, 1, ctypes.byref(mem_field)) == 0 and mem_field.nvmlReturn == 0:
+            return _field_number(mem_field) or None
+        return None
+
     def read() -> Sample | None:
         if lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz)) != 0:
             return None
@@ -111,7 +151,7 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
         if watts is None:
             return None
         bits = reasons.value if reasons_of is not None and reasons_of(handle, ctypes.byref(reasons)) == 0 else None
-        return float(mhz.value), watts, bits
+        return Sample(float(mhz.value), watts, bits, gpu_c(), mem_c())
 
     return read
 
