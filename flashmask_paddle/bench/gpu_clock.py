@@ -120,15 +120,21 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
     if not found and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
         return None
     mhz, milliwatts, reasons, celsius = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong(), ctypes.c_uint()
-    field = _FieldValue(fieldId=_NVML_FI_DEV_POWER_INSTANT)
+    power_field = _FieldValue(fieldId=_NVML_FI_DEV_POWER_INSTANT)
     mem_field = _FieldValue(fieldId=_NVML_FI_DEV_MEMORY_TEMP)
     reasons_of = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
 
-    def power_w() -> float | None:
+    def field_value(field: _FieldValue) -> float | None:
         field.nvmlReturn = 1
         if lib.nvmlDeviceGetFieldValues(handle, 1, ctypes.byref(field)) == 0 and field.nvmlReturn == 0:
-            return _field_number(field) / 1000.0
+            return _field_number(field)
+        return None
+
+    def power_w() -> float | None:
+        milliwatts_now = field_value(power_field)
+        if milliwatts_now is not None:
+            return milliwatts_now / 1000.0
         if lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(milliwatts)) == 0:
             return milliwatts.value / 1000.0
         return None
@@ -138,11 +144,8 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
             return float(celsius.value)
         return None
 
-    def mem_c() -> float | None:  # 0 where the board has no HBM sensor
-        mem_field.nvmlReturn = 1
-        if lib.nvmlDeviceGetFieldValues(handle, 1, ctypes.byref(mem_field)) == 0 and mem_field.nvmlReturn == 0:
-            return _field_number(mem_field) or None
-        return None
+    def mem_c() -> float | None:
+        return field_value(mem_field) or None  # 0 where the board has no HBM sensor
 
     def read() -> Sample | None:
         if lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(mhz)) != 0:
