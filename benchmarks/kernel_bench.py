@@ -773,6 +773,11 @@ def cross_check(prepared) -> None:
             p.row["rel_err_vs_flashmask"] = round(err, 5)
 
 
+def forward_flops(case) -> float:
+    """The forward's FLOPs over the case's visible pairs (the backward's: 2.5x, add_tflops)."""
+    return 4.0 * case["head_dim"] * case["pairs"] * case["heads"]
+
+
 def add_tflops(row: dict, flops: float) -> None:
     """The row's TFLOP/s for each time it has (fwd/bwd, event and kernel time): forward `flops`,
     backward 2.5x that."""
@@ -799,7 +804,7 @@ def bench_case(torch, impls, case, base: dict, args, done) -> None:
                 time_round(torch, p, args.warmup, args.reps)
             except Exception as e:
                 drop(torch, p, e)
-    flops = 4.0 * case["head_dim"] * case["pairs"] * case["heads"]
+    flops = forward_flops(case)
     for p in prepared:
         if "skipped" not in p.row:
             if p.fwd is not None:

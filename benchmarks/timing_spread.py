@@ -36,27 +36,21 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
 
 
-def time_set(torch, impl, case, windows: int, args) -> dict[str, list[dict]]:
+def time_set(torch, impl, case, windows: int, timing: argparse.Namespace) -> dict[str, list[dict]]:
     """`windows` timings of the case's forward and backward, alternating: per phase one dict per
     window (TFLOP/s, SM clock, power, GPU and HBM temperature)."""
-    fwd = impl.forward(case)
-    with torch.no_grad():
-        fwd()
-    out = fwd()
-    leafs = [case[n] for n in ("q_bshd", "k_bshd", "v_bshd")]
-
-    def bwd():
-        return torch.autograd.grad(out, leafs, case["dout_bshd"], retain_graph=True)
-
-    bwd()
-    flops = {"fwd": 4.0 * case["head_dim"] * case["pairs"] * case["heads"]}
-    flops["bwd"] = 2.5 * flops["fwd"]
+    prepared = kernel_bench.Prepared(impl, {})
+    kernel_bench.set_up(torch, prepared, case)
+    if prepared.bwd is None:
+        raise RuntimeError(f"backward failed: {prepared.row.get('error')}")
     got = {phase: [] for phase in PHASES}
     for _ in range(windows):
-        for phase, fn in (("fwd", fwd), ("bwd", bwd)):
+        for phase, fn in (("fwd", prepared.fwd), ("bwd", prepared.bwd)):
             with torch.no_grad() if phase == "fwd" else torch.enable_grad():
-                timing, clock = kernel_bench.timed(torch, fn, args.warmup, args.reps)
-            window = {"tflops": round(flops[phase] / timing.gpu_ms / 1e9, 1), "ms": round(timing.gpu_ms, 4)}
+                measured, clock = kernel_bench.timed(torch, fn, timing.warmup, timing.reps)
+            rates = {f"{phase}_ms": measured.gpu_ms}
+            kernel_bench.add_tflops(rates, kernel_bench.forward_flops(case))
+            window = {"tflops": rates[f"{phase}_tflops"], "ms": round(measured.gpu_ms, 4)}
             if clock is not None:
                 window.update(sm_mhz=round(clock.sm_mhz), power_w=round(clock.power_w), gpu_c=clock.gpu_c,
                               mem_c=clock.mem_c)
@@ -90,8 +84,6 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--sets", type=int, default=6, help="times each row is made again at other addresses")
     p.add_argument("--windows", type=int, default=3, help="timings of each set, back to back")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--reps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="of the spacer sizes (the inputs are kernel_bench's)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -100,7 +92,9 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("timing_spread: needs a CUDA device", file=sys.stderr)
         return 2
-    kernel_bench.RUN = kernel_bench.RunSettings(warmup_s=0.3, settle_ms=20.0, min_window_ms=40.0,
+    timing = kernel_bench.parse_args([])  # kernel_bench's own timing defaults
+    kernel_bench.RUN = kernel_bench.RunSettings(warmup_s=timing.warmup_s, settle_ms=timing.settle_ms,
+                                                min_window_ms=timing.min_window_ms,
                                                 clock_read=current_cuda_reader(torch))
     impl = kernel_bench.FlashMask(torch)
     rng = random.Random(args.seed)
@@ -113,7 +107,7 @@ def main(argv=None) -> int:
                 spacer = torch.empty(rng.randrange(1, 1 << 23) * 256, dtype=torch.uint8, device="cuda")
                 case = kernel_bench.make_case(torch, mask, seqlen, batch, args.heads, args.heads, args.head_dim,
                                               torch.bfloat16, 0)
-                got = time_set(torch, impl, case, args.windows, args)
+                got = time_set(torch, impl, case, args.windows, timing)
                 rows.append({"mask": mask, "seqlen": seqlen, "batch": batch, "set": index, "spacer_bytes": spacer.numel(),
                              "q_address_mod_1g": case["q_bshd"].data_ptr() % (1 << 30), **got})
                 print(f"{mask:16s} S={seqlen:6d} set {index}: fwd "
@@ -129,9 +123,10 @@ def main(argv=None) -> int:
     if args.json:
         command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
         meta = {**provenance.record(command, torch.cuda.get_device_name()), "torch": torch.__version__,
-                "method": "kernel_bench's time_ms (spin kernel, settle_ms 20, min_window_ms 40, warmup 0.3 s), "
-                          "one process; each set: the row made again after a spacer allocation, its mask plan "
-                          "rebuilt, then windows of fwd and bwd alternating"}
+                "method": f"kernel_bench's time_ms (spin kernel, settle_ms {timing.settle_ms}, min_window_ms "
+                          f"{timing.min_window_ms}, warmup {timing.warmup} calls and {timing.warmup_s} s, reps "
+                          f"{timing.reps}), one process; each set: the row made again after a spacer allocation, "
+                          "its mask plan rebuilt, then windows of fwd and bwd alternating"}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
         print(f"wrote {args.json}")
