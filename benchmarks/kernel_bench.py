@@ -246,6 +246,14 @@ class RunSettings(NamedTuple):
 RUN = RunSettings()
 
 
+def run_settings(torch, args) -> RunSettings:
+    """RUN for parsed command-line arguments (parse_args)."""
+    smoke = args.smoke
+    return RunSettings(smoke=smoke, warmup_s=0.0 if smoke else args.warmup_s, settle_ms=args.settle_ms,
+                       min_window_ms=args.min_window_ms, kernel_time=args.kernel_time and not smoke,
+                       clock_read=None if smoke else current_cuda_reader(torch))
+
+
 def sync(torch):
     if not RUN.smoke:
         torch.cuda.synchronize()
@@ -999,9 +1007,7 @@ def main(argv=None) -> int:
     if not smoke and not torch.cuda.is_available():
         print("kernel_bench: needs a CUDA device (or --smoke for a CPU run of the plumbing)", file=sys.stderr)
         return 2
-    RUN = RunSettings(smoke=smoke, warmup_s=0.0 if smoke else args.warmup_s, settle_ms=args.settle_ms,
-                      min_window_ms=args.min_window_ms, kernel_time=args.kernel_time and not smoke,
-                      clock_read=None if smoke else current_cuda_reader(torch))
+    RUN = run_settings(torch, args)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     if smoke:  # CPU: fp32, the CPU kernels, eager-compiled flex on the host; sdpa peers need CUDA
         dtypes = {name: torch.float32 for name in dtypes}

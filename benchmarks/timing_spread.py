@@ -26,7 +26,6 @@ kernel_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kernel_bench)
 
 from flashmask_paddle.bench import provenance  # noqa: E402  (on the path kernel_bench set)
-from flashmask_paddle.bench.gpu_clock import current_cuda_reader  # noqa: E402
 
 PHASES = ("fwd", "bwd")
 
@@ -93,9 +92,7 @@ def main(argv=None) -> int:
         print("timing_spread: needs a CUDA device", file=sys.stderr)
         return 2
     timing = kernel_bench.parse_args([])  # kernel_bench's own timing defaults
-    kernel_bench.RUN = kernel_bench.RunSettings(warmup_s=timing.warmup_s, settle_ms=timing.settle_ms,
-                                                min_window_ms=timing.min_window_ms,
-                                                clock_read=current_cuda_reader(torch))
+    kernel_bench.RUN = kernel_bench.run_settings(torch, timing)
     impl = kernel_bench.FlashMask(torch)
     rng = random.Random(args.seed)
     rows = []
