@@ -1,7 +1,8 @@
 // The producer warp of the sm90 forward: one thread issues every TMA load. For each tile of this
 // CTA (fwd_tiles.cuh): Q into its kQStages-deep ring, then K and V of each key block on the query
-// block's list, in list order, into the kStages-deep rings; the consumers release a stage once
-// their wgmma has read it, so a persistent CTA's next tile loads while this one finishes.
+// block's list, in list order and each K one key block ahead of its V, into the kStages-deep rings;
+// the consumers release a stage once their wgmma has read it, so a persistent CTA's next tile loads
+// while this one finishes.
 #pragma once
 
 #include "copy.cuh"
@@ -29,7 +30,9 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
   Tensor mV = kp.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.heads_k, p.batch));
 
   auto write_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
-  auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  // K and V of one key block share a stage index; K runs one key block ahead.
+  auto write_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  auto write_v = write_k;
   const int32_t num_tiles = fwd_num_tiles(kp);
   auto write_t = cutlass::make_producer_start_state<TilePipeline>();
   int32_t t = blockIdx.x;
@@ -59,31 +62,41 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
     const ColumnBounds* columns =
         kp.lists.columns != nullptr ? kp.lists.columns + (int64_t)tile.slice * p.seqlen_k : nullptr;
     const int32_t first_slot = work.first_slot;
-    for (int32_t i = 0; i < work.num_entries; ++i) {
-      const int32_t entry = entries[i];
-      const int32_t n_block = entry_n_block(entry);
-      pipeline_k.producer_acquire(write);  // arrives, expecting the K bytes (not yet issued)
-      // A partial tile's mask rides on the K stage's barrier: its payload where it has one, else
-      // its key columns' bounds. Expected before any copy is issued, so the phase cannot complete
-      // early. (Partial entries come first, so i numbers the list's partial tiles.)
-      if (entry_is_partial(entry) && first_slot + i < kp.payload.capacity) {
-        pipeline_k.producer_expect_transaction(write, Traits::kPayloadBytes);
-        bulk_copy_g2s(smem.payload.data() + write.index() * Traits::kPayloadWords * Traits::kConsumerThreads,
-                      kp.payload.words + (int64_t)(first_slot + i) * Traits::kPayloadWords * Traits::kConsumerThreads,
-                      Traits::kPayloadBytes, pipeline_k.producer_get_barrier(write));
-      } else if (columns != nullptr && entry_is_partial(entry)) {
-        const int32_t col0 = n_block * Traits::kBlockN;
-        const uint32_t bytes = (uint32_t)min(Traits::kBlockN, p.seqlen_k - col0) * sizeof(ColumnBounds);
-        pipeline_k.producer_expect_transaction(write, bytes);
-        bulk_copy_g2s(smem.columns.data() + write.index() * Traits::kBlockN, columns + col0, bytes,
-                      pipeline_k.producer_get_barrier(write));
+    // K_i, then V_{i-1}: the order the consumers wait in (S_i is issued before P_{i-1} V_{i-1}). A
+    // K stage frees at the S wait, a V stage only at the PV wait after the softmax, so K_i queued
+    // behind V_{i-1} would wait for V's stage instead of its own.
+    int32_t v_block = 0;  // key block of V_{i-1}
+    for (int32_t i = 0; i <= work.num_entries; ++i) {
+      int32_t n_block = 0;
+      if (i < work.num_entries) {
+        const int32_t entry = entries[i];
+        n_block = entry_n_block(entry);
+        pipeline_k.producer_acquire(write_k);  // arrives, expecting the K bytes (not yet issued)
+        // A partial tile's mask rides on the K stage's barrier: its payload where it has one, else
+        // its key columns' bounds. Expected before any copy is issued, so the phase cannot complete
+        // early. (Partial entries come first, so i numbers the list's partial tiles.)
+        if (entry_is_partial(entry) && first_slot + i < kp.payload.capacity) {
+          pipeline_k.producer_expect_transaction(write_k, Traits::kPayloadBytes);
+          bulk_copy_g2s(smem.payload.data() + write_k.index() * Traits::kPayloadWords * Traits::kConsumerThreads,
+                        kp.payload.words + (int64_t)(first_slot + i) * Traits::kPayloadWords * Traits::kConsumerThreads,
+                        Traits::kPayloadBytes, pipeline_k.producer_get_barrier(write_k));
+        } else if (columns != nullptr && entry_is_partial(entry)) {
+          const int32_t col0 = n_block * Traits::kBlockN;
+          const uint32_t bytes = (uint32_t)min(Traits::kBlockN, p.seqlen_k - col0) * sizeof(ColumnBounds);
+          pipeline_k.producer_expect_transaction(write_k, bytes);
+          bulk_copy_g2s(smem.columns.data() + write_k.index() * Traits::kBlockN, columns + col0, bytes,
+                        pipeline_k.producer_get_barrier(write_k));
+        }
+        copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write_k), 0), tKgK(_, n_block),
+             tKsK(_, write_k.index()));
+        ++write_k;
       }
-      copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
-           tKsK(_, write.index()));
-      pipeline_v.producer_acquire(write);
-      copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
-           tVsV(_, write.index()));
-      ++write;
+      if (i > 0) {
+        pipeline_v.producer_acquire(write_v);
+        copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write_v), 0), tVgV(_, v_block), tVsV(_, write_v.index()));
+        ++write_v;
+      }
+      v_block = n_block;
     }
   }
   publish_work<Traits>(smem.tile_ring, pipeline_tiles, write_t, FwdTileWork::none(t));  // no more tiles
