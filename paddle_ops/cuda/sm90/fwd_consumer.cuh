@@ -132,6 +132,13 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         const int32_t n_block = decltype(partial)::value || kDropout ? entry_n_block(entries[i]) : 0;
         pipeline_k.consumer_wait(read);
         wgmma</*zero*/ true, /*wait*/ -1, /*A regs*/ false>(mma_qk, tSrQ_t, tSrK(_, _, _, read.index()), acc_s);
+        if constexpr (Traits::kRescaleBeforePv) {
+          // O holds the blocks before i-1 at the max before P_{i-1}'s: the previous step's
+          // correction brings it there while the QK wgmma runs.
+          warpgroup_fence_operand(acc_o);
+          decltype(softmax)::rescale(rowcol_view(acc_o), correction);
+          warpgroup_fence_operand(acc_o);
+        }
         pipeline_v.consumer_wait(read_v);
         wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
         warpgroup_wait<1>();  // S_i is ready (the older batch)
@@ -143,7 +150,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
         warpgroup_wait<0>();  // O += P_{i-1} V_{i-1} retired: P and O are free
         warpgroup_fence_operand(acc_o);
         pipeline_v.consumer_release(read_v);
-        decltype(softmax)::rescale(rowcol_view(acc_o), correction);
+        if constexpr (!Traits::kRescaleBeforePv) decltype(softmax)::rescale(rowcol_view(acc_o), correction);
         Tensor next = convert_fragment<Element>(acc_s);
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < size(p_frag); ++e) p_frag(e) = next(e);
@@ -156,6 +163,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
       // Every QK wgmma has retired: Q's stage is free for this tile's output.
       if constexpr (!Traits::kPersistent) pipeline_q.consumer_release(read_q);
       // Last block's PV.
+      if constexpr (Traits::kRescaleBeforePv) decltype(softmax)::rescale(rowcol_view(acc_o), correction);
       pipeline_v.consumer_wait(read_v);
       wgmma</*zero*/ false, /*wait*/ 0, /*A regs*/ true>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
       pipeline_v.consumer_release(read_v);

@@ -82,6 +82,10 @@ struct FwdTraits {
   // level; D = 64 -7% on causal (436 -> 400 TFLOP/s at 8K, the loop's SASS alike but for the
   // chains); D = 256 not measured, so it keeps one.
   static constexpr int kSoftmaxChains = kHeadDim == 128 ? 4 : 1;
+  // Where O is rescaled (fwd_consumer.cuh): between the QK and PV issues, under the QK wgmma
+  // (FlashAttention-3's place), or after the PV wait. Before the PV issue measured 1.01-1.05x at
+  // D = 256 (its 128 FMULs a thread); 0.99x at D = 128 and in the 192-row D = 64 kernels.
+  static constexpr bool kRescaleBeforePv = kHeadDim > 128;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads,
                 "setmaxnreg budgets exceed the registers the CTA holds");
 
