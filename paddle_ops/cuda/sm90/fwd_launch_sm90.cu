@@ -54,18 +54,20 @@ int block_m_of(const FwdParams& p) {
 // 64 rows: persistent for causal masks, where it measured ahead (e2e-shaped 32K row: 0.82 vs
 // 0.92 ms; kernel_bench rows within +-3%), not for bidirectional ones (document: 5-7% behind).
 // 128 rows: for index masks (8K, 17093a4: causal document 299 -> 315, share question 248 -> 268,
-// short documents 156 -> 172 TFLOP/s against one tile per CTA), and for causal attention up to
-// kPersistentCausalRows query rows, where the start and the epilogue of a one-tile CTA weigh
-// most; not for dense attention (8K full level). Dropout and 256 columns have one tile per CTA
-// only (no room for the persistent kernel's second Q stage at 256).
+// short documents 156 -> 172 TFLOP/s against one tile per CTA), and for causal attention, where
+// the start and the epilogue of a one-tile CTA weigh most on short rows (H200, bf16, D = 128, fwd
+// TFLOP/s one tile -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606; 16K and 32K level,
+// kernel_h200_fwd_persistent_causal_ab.json), and on long rows too (H100, library ebc5aa4, four
+// rounds: 32K 660 -> 672, 64K 668 -> 679, 16:4 and fp16 alike, every round ahead; 128K +0.3-0.8%;
+// kernel_h100_fwd_persistent_*_causal_ab.json); not for dense attention (8K full
+// level). Dropout and 256 columns have one tile per CTA only (no room for the persistent kernel's
+// second Q stage at 256).
 bool persistent_of(const FwdParams& p, int block_m) {
   // No persistent 192-row kernel: at its 152 registers per consumer thread ptxas serialises the wgmmas.
   if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128 || block_m == 192) return false;
   const EnvSwitch forced = env_switch("FLASHMASK_SM90_PERSISTENT");
   if (forced != EnvSwitch::kUnset) return forced == EnvSwitch::kOn;
-  if (block_m == 64) return p.causal;
-  const bool short_causal = p.causal && p.seqlen_q <= sm90::kPersistentCausalRows;
-  return p.mask_form.has_indices() || short_causal;
+  return p.causal || (block_m == 128 && p.mask_form.has_indices());
 }
 
 }  // namespace

@@ -35,11 +35,6 @@ constexpr size_t kFwdScratchBytes = 256;
 // 64|128 overrides below 256, =192 at 64 columns without indices (measurements).
 constexpr int kLongRows = 8192;
 constexpr int kTallCausalRows = 6144;
-// Causal attention without indices runs the 128-row kernel persistent up to this many query rows
-// (D <= 128: the only persistent shapes): H200, bf16, D = 128, B*S = 32K, fwd TFLOP/s one tile
-// per CTA -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606, 16K level; 32K level or
-// behind (benchmarks/results/kernel_h200_fwd_persistent_causal_ab.json).
-constexpr int kPersistentCausalRows = 16384;
 // The sm90 forward kernel of a call: its tile rows and whether its CTAs are persistent
 // (fwd_tiles.cuh), with the FLASHMASK_SM90_BLOCK_M and FLASHMASK_SM90_PERSISTENT overrides (read
 // per call). One decision for the plan and the launch.
