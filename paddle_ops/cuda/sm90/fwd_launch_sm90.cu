@@ -59,9 +59,9 @@ int block_m_of(const FwdParams& p) {
 // TFLOP/s one tile -> persistent: 2K 454 -> 530, 4K 540 -> 582, 8K 588 -> 606; 16K and 32K level,
 // kernel_h200_fwd_persistent_causal_ab.json), and on long rows too (H100, library ebc5aa4, four
 // rounds: 32K 660 -> 672, 64K 668 -> 679, 16:4 and fp16 alike, every round ahead; 128K +0.3-0.8%;
-// kernel_h100_fwd_persistent_*_causal_ab.json); not for dense attention (8K full
-// level). Dropout and 256 columns have one tile per CTA only (no room for the persistent kernel's
-// second Q stage at 256).
+// kernel_h100_fwd_persistent_*_causal_ab.json); not for dense attention (8K full level). Dropout
+// and 256 columns have one tile per CTA only (no room for the persistent kernel's second Q stage
+// at 256).
 bool persistent_of(const FwdParams& p, int block_m) {
   // No persistent 192-row kernel: at its 152 registers per consumer thread ptxas serialises the wgmmas.
   if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128 || block_m == 192) return false;
