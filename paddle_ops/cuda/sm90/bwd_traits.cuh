@@ -19,8 +19,9 @@
 //    of both warpgroups per step) and each step adds kBlockM x D fp32 to the workspace once. Private
 //    partials (dQ over the warpgroup's own keys and all columns, no barrier, each added to the
 //    workspace) lost 2-6% at D = 128 and, since D = 64 runs 128-row steps, 2-7% there: under the
-//    700 W cap their second reduce-add per step cost 3-7% of clock (DESIGN_backward.md). dQ leaves
-//    through shared memory by one bulk reduce-add per warpgroup and step.
+//    700 W cap their second reduce-add per step cost 3-7% of clock
+//    (kernel_h200_bwd_d64_exchange_ab.json). dQ leaves through shared memory by one bulk
+//    reduce-add per warpgroup and step.
 //    Registers per consumer thread at D=128: dK, dV 64 + 64, S^T and dP^T 32 + 32, a dQ chunk 32;
 //    at D=64 (128-row steps): dK, dV 32 + 32, S^T and dP^T 64 + 64, dQ 32.
 //  - D = 256 (kSplitHeadDim): dK + dV of 64 keys x 256 would be 256 fp32 registers per thread, so
@@ -99,7 +100,8 @@ struct BwdTraits {
   // At D = 128 the consumers read their query rows' LSE and D into registers before waiting for
   // S^T and dP^T, taking their shared-memory latency off the path from each wait to the exp2 / FMA
   // (H200, processes alternating, bwd TFLOP/s: 32K document +2-11% in five pairings, 32K causal,
-  // prefix-LM causal and share question -0.6 to -1.2%, 8K rows within 1%; DESIGN_backward.md). LSE
+  // prefix-LM causal and share question -0.6 to -1.2%, 8K rows within 1%;
+  // kernel_h200_row_vectors_rescale_ab.json, kernel_h200_bwd_lsed_confirm_ab.json). LSE
   // alone lost 1-2% on most rows; at D = 64 the 64 extra registers of its 128-row steps spill
   // (-7.5%); D = 256 was not measured.
   static constexpr bool kRowVectorsEarly = kHeadDim == 128;
@@ -110,7 +112,8 @@ struct BwdTraits {
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // One CTA per SM (194 KB of smem at D=128, 195 KB at 64, 226 KB at 256). A 64-key,
-  // one-warpgroup variant with two CTAs per SM was slower on every mask measured (DESIGN_backward.md).
+  // one-warpgroup variant with two CTAs per SM was slower on every mask measured (H200, bf16,
+  // D = 128, bwd TFLOP/s: 8K causal 382 -> 293, causal document 194 -> 172, 32K causal 445 -> 326).
   static constexpr int kMinBlocksPerSM = 1;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
