@@ -34,7 +34,7 @@ for _path in (REPO, REPO / "benchmarks"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-import kernel_bench  # noqa: E402  (its row_key: what one row of the matrix is)
+import kernel_bench  # noqa: E402  (its row_key: what one row of the matrix is; its SOURCES)
 from flashmask_paddle.bench import provenance  # noqa: E402
 
 KERNEL_BENCH = REPO / "benchmarks" / "kernel_bench.py"
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     summary = summarize(rows, names)
     print(table(summary, names))
     meta = provenance.record("ab_libraries.py " + " ".join(argv), metas[0].get("device", "unknown"),
-                             dirty_paths=["benchmarks/ab_libraries.py", "benchmarks/kernel_bench.py"])
+                             dirty_paths=["benchmarks/ab_libraries.py", *kernel_bench.SOURCES])
     meta.update(rounds=args.rounds, order=[f"{r}:{n}" for r, n in process_order(names, args.rounds)],
                 libraries={name: dict(describe(paths[name]), env=args.envs[name]) for name in names},
                 processes=metas)

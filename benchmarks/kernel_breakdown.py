@@ -10,17 +10,20 @@ and date). Needs a CUDA device.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("kernel_bench", Path(__file__).resolve().parent / "kernel_bench.py")
-kernel_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kernel_bench)
+REPO = Path(__file__).resolve().parents[1]
+for _path in (REPO, REPO / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from flashmask_paddle.bench import provenance  # noqa: E402  (on the path kernel_bench set)
+import kernel_bench  # noqa: E402
+import kernel_impls  # noqa: E402
+import kernel_masks  # noqa: E402
+from flashmask_paddle.bench import provenance  # noqa: E402
 
 
 def profile(torch, fn, calls: int) -> dict[str, float]:
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seqlens", type=int, nargs="+", default=[8192, 32768])
     p.add_argument("--masks", nargs="+", default=["causal", "causal_document", "share_question"],
-                   choices=kernel_bench.MASKS)
+                   choices=kernel_masks.MASKS)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--tokens", type=int, default=32768)
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("kernel_breakdown: needs a CUDA device", file=sys.stderr)
         return 2
-    impl = kernel_bench.FlashMask(torch)
+    impl = kernel_impls.FlashMask(torch)
     rows = []
     for seqlen in args.seqlens:
         batch = max(1, args.tokens // seqlen)

@@ -1,5 +1,5 @@
 """Tile efficiency: how much of the work in the tiles a kernel visits is visible, for our fixed tile
-grids and for document-aligned grids, on kernel_bench.py's masks. Counts only (numpy, no GPU).
+grids and for document-aligned grids, on kernel_bench.py's masks (kernel_masks.py). Counts only (numpy, no GPU).
 
     python benchmarks/tile_efficiency.py [--seqlens 8192 32768] [--masks document causal_document]
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from flashmask_paddle import masks  # noqa: E402
 from flashmask_paddle.bench import provenance  # noqa: E402
 
-import kernel_bench  # noqa: E402  (its masks: documents drawn the same way, same seeds)
+import kernel_masks  # noqa: E402  (kernel_bench's masks: documents drawn the same way, same seeds)
 
 SHAPES = ((64, 128), (128, 128), (80, 128))
 GRIDS = ("fixed", "keys at long documents", "rows anchored", "keys aligned", "aligned")
@@ -118,7 +118,7 @@ def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seqlens", type=int, nargs="+", default=[8192, 32768])
-    ap.add_argument("--masks", nargs="+", default=list(DOCUMENT_MASKS), choices=kernel_bench.MASKS)
+    ap.add_argument("--masks", nargs="+", default=list(DOCUMENT_MASKS), choices=kernel_masks.MASKS)
     ap.add_argument("--tokens", type=int, default=32768, help="B = max(1, tokens // seqlen), as kernel_bench")
     ap.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "tile_efficiency.json"))
     args = ap.parse_args(argv)
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     for seqlen in args.seqlens:
         batch = max(1, args.tokens // seqlen)
         for name in args.masks:
-            mask = kernel_bench.build_mask(name, seqlen, batch)
+            mask = kernel_masks.build_mask(name, seqlen, batch)
             documents = slice_document_starts(mask.indices, mask.causal, seqlen)
             cells = []
             for shape in SHAPES:
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
             print(f"{name:<20}{seqlen:>7}  " + "  ".join(cells), flush=True)
     meta = provenance.record("tile_efficiency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                              f"{provenance.cpu_name()} (counts, no GPU)",
-                             dirty_paths=["benchmarks/tile_efficiency.py", "benchmarks/kernel_bench.py"])
+                             dirty_paths=["benchmarks/tile_efficiency.py", "benchmarks/kernel_masks.py"])
     Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0

@@ -14,18 +14,22 @@ temperatures, the summary, and the command, commit, device and date). Needs a CU
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import statistics
 import sys
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("kernel_bench", Path(__file__).resolve().parent / "kernel_bench.py")
-kernel_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kernel_bench)
+REPO = Path(__file__).resolve().parents[1]
+for _path in (REPO, REPO / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from flashmask_paddle.bench import provenance  # noqa: E402  (on the path kernel_bench set)
+import kernel_bench  # noqa: E402
+import kernel_impls  # noqa: E402
+import kernel_masks  # noqa: E402
+import kernel_timing  # noqa: E402
+from flashmask_paddle.bench import provenance  # noqa: E402
 
 PHASES = ("fwd", "bwd")
 
@@ -46,7 +50,7 @@ def time_set(torch, impl, case, windows: int, timing: argparse.Namespace) -> dic
     for _ in range(windows):
         for phase, fn in (("fwd", prepared.fwd), ("bwd", prepared.bwd)):
             with torch.no_grad() if phase == "fwd" else torch.enable_grad():
-                measured, clock = kernel_bench.timed(torch, fn, timing.warmup, timing.reps)
+                measured, clock = kernel_timing.timed(torch, fn, timing.warmup, timing.reps)
             rates = {f"{phase}_ms": measured.gpu_ms}
             kernel_bench.add_tflops(rates, kernel_bench.forward_flops(case))
             window = {"tflops": rates[f"{phase}_tflops"], "ms": round(measured.gpu_ms, 4)}
@@ -77,7 +81,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seqlens", type=int, nargs="+", default=[32768])
     p.add_argument("--masks", nargs="+", default=["document", "share_question", "causal_document"],
-                   choices=kernel_bench.MASKS)
+                   choices=kernel_masks.MASKS)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--tokens", type=int, default=32768)
@@ -92,8 +96,8 @@ def main(argv=None) -> int:
         print("timing_spread: needs a CUDA device", file=sys.stderr)
         return 2
     timing = kernel_bench.parse_args([])  # kernel_bench's own timing defaults
-    kernel_bench.RUN = kernel_bench.run_settings(torch, timing)
-    impl = kernel_bench.FlashMask(torch)
+    kernel_timing.configure(kernel_timing.run_settings(torch, timing))
+    impl = kernel_impls.FlashMask(torch)
     rng = random.Random(args.seed)
     rows = []
     for seqlen in args.seqlens:

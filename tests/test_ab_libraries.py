@@ -3,15 +3,12 @@ with a stand-in for kernel_bench.py (no GPU) whose TFLOP/s depend on the library
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmark_modules import load
 
-import ab_libraries  # noqa: E402
+ab_libraries = load("ab_libraries")
 
 # Writes one row per mask given after --masks; fwd TFLOP/s = the library file's number + the count
 # of processes before this one (so rounds differ), bwd = half of it. Logs the library it ran on.

@@ -2,30 +2,16 @@
 report contract the bar reads (bar.configs, --merge)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
+from benchmark_modules import load
 
 from flashmask_paddle import masks
 
-_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name):
-    sys.path.insert(0, str(_BENCH))
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-attention = _load("e2e_attention")
-e2e = _load("e2e_h200")
+attention = load("e2e_attention")
+e2e = load("e2e_h200")
 
 
 def test_packed_rows_are_filled_exactly_with_a_padding_segment_last():

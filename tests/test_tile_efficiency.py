@@ -1,21 +1,15 @@
 """benchmarks/tile_efficiency.py: its block grids and efficiencies against the dense picture."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_modules import load
 
 from flashmask_paddle import masks
 
-_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(_BENCH))
-_spec = importlib.util.spec_from_file_location("tile_efficiency", _BENCH / "tile_efficiency.py")
-tile_efficiency = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tile_efficiency)
+tile_efficiency = load("tile_efficiency")
 
 
 def _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=False):

@@ -2,15 +2,12 @@
 of the sets' medians, per (mask, S, phase), on windows drawn at random."""
 from __future__ import annotations
 
-import importlib.util
 import random
 import statistics
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "timing_spread", Path(__file__).resolve().parents[1] / "benchmarks" / "timing_spread.py")
-timing_spread = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(timing_spread)
+from benchmark_modules import load
+
+timing_spread = load("timing_spread")
 
 
 def _rows(rng, masks, sets, windows):

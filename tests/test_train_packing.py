@@ -108,8 +108,7 @@ def test_packs_hold_whole_documents_with_restarting_positions_and_masked_padding
     assert stats.tile_density == pytest.approx(np.mean(tiles), rel=1e-12)
 
 
-def test_overlong_documents_are_truncated_or_dropped_and_counted(seed):
-    rng = np.random.default_rng(seed)
+def test_overlong_documents_are_truncated_or_dropped_and_counted():
     docs = [Document(list(range(1, n + 1)), [IGNORE_INDEX] * n) for n in (5, 30, 8, 41)]
     packs, stats = pack(docs, 20, PAD, overlong="truncate")
     assert (stats.truncated, stats.dropped) == (2, 0)
