@@ -35,18 +35,19 @@ memory, for ours and every peer that fits.
   python benchmarks/e2e_h200.py --configs 32k_short --impls flashmask flexfa4 fa4varlen
   python benchmarks/e2e_h200.py --smoke              # tiny CPU run: checks the script end to end
   python benchmarks/e2e_h200.py --replot results.json
+
+The configurations: e2e_config.py; the batches: e2e_data.py; the decoder: e2e_model.py; the table,
+bar, chart and merging of reports: e2e_report.py. This file times the steps and the attention alone.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import json
-import os
-import platform
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -55,217 +56,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from e2e_attention import IMPLS, PEERS, host_seconds, make_attention  # noqa: E402
-from flashmask_paddle.bench import provenance  # noqa: E402  (standard library only)
+from e2e_attention import IMPLS, host_seconds, make_attention  # noqa: E402
+from e2e_config import (CONFIGS, LONG_DOCS, OUTPUT_REL_TOL, SCALE_HEADS, SCALE_ROWS, Config, ModelShape,  # noqa: E402
+                        RunPlan, smoke_configs)
+from e2e_data import load_lengths, long_lengths, make_batches, pack_rows, segment_arrays  # noqa: E402
+from e2e_model import build_model  # noqa: E402
+from e2e_report import best_peer, make_report, merge, plot, seq_label, table, write_report  # noqa: E402
 from flashmask_paddle.bench.gpu_clock import ClockSampler, current_cuda_reader  # noqa: E402
-
-
-# ----------------------------------------------------------------------------------------------
-# Configuration
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class ModelShape:
-    hidden: int = 4096
-    heads: int = 32
-    kv_heads: int = 32
-    head_dim: int = 128
-    mlp: int = 11008
-    layers: int = 4
-    vocab: int = 32000
-    rope_theta: float = 10000.0
-
-
-LLAMA2_7B = ModelShape()
-# Llama-3-8B's attention and MLP; the vocabulary stays at 32000 so that the fp32 logits of a
-# 128K-token step fit beside the activations.
-LLAMA3_8B = ModelShape(kv_heads=8, mlp=14336, rope_theta=500000.0)
-
-LONG_DOCS = (8192, 65536)  # uniform document lengths of the long configurations, tokens
-
-
-@dataclass
-class Config:
-    name: str
-    seqlen: int
-    tokens_per_step: int
-    shape: ModelShape
-    docs: str  # "short": the real SFT lengths; "long": uniform in LONG_DOCS
-    peers: tuple = PEERS
-
-
-CONFIGS = {c.name: c for c in (
-    Config("32k_short", 32768, 32768, LLAMA2_7B, "short"),
-    Config("8k_short", 8192, 32768, LLAMA2_7B, "short"),
-    Config("128k_long", 131072, 131072, replace(LLAMA2_7B, layers=2), "long",
-           tuple(p for p in PEERS if p != "dense")),
-    Config("32k_short_gqa", 32768, 32768, LLAMA3_8B, "short"),
-    Config("128k_long_gqa", 131072, 131072, replace(LLAMA3_8B, layers=2), "long",
-           tuple(p for p in PEERS if p != "dense")),
-)}
-SCALE_ROWS = (1 << 20, 1 << 21, 1 << 22)
-# An attention whose output differs from ours by more than this (norm-wise, bf16 on the same
-# inputs) computes another mask: reported, never chosen as the best peer.
-OUTPUT_REL_TOL = 2e-2
-SCALE_HEADS = (16, 4)
-
-
-@dataclass
-class RunPlan:
-    warmup: int = 2
-    steps: int = 5
-    attn_reps: int = 5
-    batches: int = 3  # distinct packed batches, rotated over the steps
-    burn_in: int = 6  # untimed steps per configuration before the first timed attention (burn_in())
-    h2h_pairs: int = 12  # ours vs the configuration's best peer, step by step (head_to_head())
-    dataset: str = "mix"  # gsm8k | hh_rlhf | mix (the short documents)
-    seed: int = 0
-
-
-def smoke_configs(plan: RunPlan) -> dict:
-    """A few seconds on a CPU: tiny dims, short rows, document lengths scaled down 16x."""
-    plan.warmup, plan.steps, plan.attn_reps, plan.batches, plan.burn_in, plan.h2h_pairs = 1, 2, 2, 2, 1, 2
-    tiny = ModelShape(hidden=64, heads=4, kv_heads=4, head_dim=16, mlp=172, layers=2, vocab=256)
-    return {"smoke_short": Config("smoke_short", 512, 1024, tiny, "short"),
-            "smoke_long_gqa": Config("smoke_long_gqa", 2048, 2048, replace(tiny, kv_heads=2), "long")}
-
-
-# ----------------------------------------------------------------------------------------------
-# Packed rows
-# ----------------------------------------------------------------------------------------------
-def load_lengths(dataset: str, scale: int) -> np.ndarray:
-    path = REPO / "benchmarks" / "data" / "doc_lengths.json"
-    with open(path, encoding="utf-8") as f:
-        lengths = {k: np.asarray(v, dtype=np.int64) for k, v in json.load(f)["lengths"].items()}
-    if dataset == "mix":
-        out = np.concatenate(list(lengths.values()))
-    elif dataset in lengths:
-        out = lengths[dataset]
-    else:
-        raise ValueError(f"dataset must be 'mix' or one of {sorted(lengths)}, got {dataset!r}")
-    return np.maximum(out // scale, 2)
-
-
-def pack_rows(lengths: np.ndarray, seqlen: int, rows: int, rng: np.random.Generator):
-    """Greedy in-order packing of a shuffled document stream into `rows` rows of `seqlen` tokens.
-
-    Returns a list of rows; each row is a list of segment lengths summing to `seqlen`; the last
-    segment of a row is padding when the documents do not fill it (flag in the second list).
-    """
-    order = rng.permutation(len(lengths))
-    packed, pad_flags, i = [], [], 0
-    for _ in range(rows):
-        segs, used = [], 0
-        while True:
-            doc = int(min(lengths[order[i % len(order)]], seqlen))
-            if used + doc > seqlen:
-                break
-            segs.append(doc)
-            used += doc
-            i += 1
-        has_pad = used < seqlen
-        if has_pad:
-            segs.append(seqlen - used)
-        packed.append(segs)
-        pad_flags.append(has_pad)
-    return packed, pad_flags
-
-
-def segment_arrays(packed, pad_flags, seqlen: int):
-    """numpy views of one packed batch: segment ids, per-document positions, real-token flags.
-
-    The padding tail of a row gets a segment id of its own (not a padding id): dense SDPA turns a
-    fully masked row into NaN, so every attention here sees padding as one more short document.
-    """
-    b = len(packed)
-    seg_id = np.zeros((b, seqlen), np.int32)
-    pos = np.zeros((b, seqlen), np.int64)
-    valid = np.ones((b, seqlen), bool)
-    for r, (segs, has_pad) in enumerate(zip(packed, pad_flags)):
-        start = 0
-        for s, n in enumerate(segs):
-            seg_id[r, start:start + n] = s
-            pos[r, start:start + n] = np.arange(n)
-            start += n
-        if has_pad:
-            valid[r, seqlen - segs[-1]:] = False
-    return seg_id, pos, valid
-
-
-def long_lengths(rng: np.random.Generator, scale: int, count: int = 4096) -> np.ndarray:
-    lo, hi = LONG_DOCS
-    return rng.integers(lo // scale, hi // scale + 1, size=count)
-
-
-# ----------------------------------------------------------------------------------------------
-# The model (plain torch modules)
-# ----------------------------------------------------------------------------------------------
-def build_model(torch, shape: ModelShape, device, dtype):
-    """The decoder, created and initialised on `device`; `model.attention` is set per run."""
-    nn, F = torch.nn, torch.nn.functional
-
-    class RMSNorm(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(dim))
-
-        def forward(self, x):
-            return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-5)
-
-    def apply_rope(x, cos, sin):  # x [B, S, H, D]; cos/sin [B, S, 1, D/2]
-        x1, x2 = x[..., ::2], x[..., 1::2]
-        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-    class Layer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            h, d, dk = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-            self.attn_norm, self.mlp_norm = RMSNorm(h), RMSNorm(h)
-            self.qkv = nn.Linear(h, d + 2 * dk, bias=False)
-            self.o = nn.Linear(d, h, bias=False)
-            self.gate_up = nn.Linear(h, 2 * shape.mlp, bias=False)
-            self.down = nn.Linear(shape.mlp, h, bias=False)
-
-        def forward(self, x, rope, mask, attention):
-            b, s, _ = x.shape
-            heads = (shape.heads, shape.kv_heads, shape.kv_heads)
-            q, k, v = self.qkv(self.attn_norm(x)).view(b, s, sum(heads), shape.head_dim).split(heads, dim=2)
-            # all three contiguous [B, S, H, D], as in the attention-alone timing: a compiled peer
-            # then meets the strides it was compiled for and never recompiles
-            q, k, v = apply_rope(q, *rope), apply_rope(k, *rope), v.contiguous()
-            x = x + self.o(attention(q, k, v, mask).reshape(b, s, -1))
-            gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
-            return x + self.down(F.silu(gate) * up)
-
-    class Decoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(shape.vocab, shape.hidden)
-            self.layers = nn.ModuleList(Layer() for _ in range(shape.layers))
-            self.norm = RMSNorm(shape.hidden)
-            self.head = nn.Linear(shape.hidden, shape.vocab, bias=False)
-            self.attention = None  # a plain callable, swapped between runs
-
-        def forward(self, ids, rope, mask, labels):
-            x = self.embed(ids)
-            for layer in self.layers:
-                x = layer(x, rope, mask, self.attention)
-            logits = self.head(self.norm(x)).float()
-            return F.cross_entropy(logits.view(-1, shape.vocab), labels.view(-1), ignore_index=-100)
-
-    with torch.device(device):  # initialising 1B parameters on the host would take seconds
-        model = Decoder()
-        for p in model.parameters():
-            if p.dim() > 1:
-                nn.init.normal_(p, std=0.02)
-    return model.to(dtype=dtype)
-
-
-def rope_tables(torch, pos, shape: ModelShape, dtype):
-    """cos/sin [B, S, 1, D/2] for per-document positions (RoPE restarts in every document)."""
-    inv = 1.0 / (shape.rope_theta ** (torch.arange(0, shape.head_dim, 2, device=pos.device).float()
-                                      / shape.head_dim))
-    ang = pos.float()[..., None] * inv
-    return ang.cos()[:, :, None, :].to(dtype), ang.sin()[:, :, None, :].to(dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,9 +93,6 @@ def reset_peak(torch):
         torch.cuda.reset_peak_memory_stats()
 
 
-def seq_label(seqlen: int) -> str:
-    return f"{seqlen // 1024}K" if seqlen % 1024 == 0 else str(seqlen)
-
 
 def progress_bar(desc, total):
     """A tqdm bar on a terminal; nothing in logs (a log keeps only the results, not the progress redraws)."""
@@ -316,28 +110,6 @@ def progress_bar(desc, total):
     except ImportError:
         return lambda done, total: None
 
-
-def make_batches(torch, config: Config, plan: RunPlan, short_lengths, device, dtype, scale: int):
-    """plan.batches packed batches of `config`: segment ids on the device, the rows' segment
-    lengths on the host (a collator's output), token ids, labels and RoPE tables."""
-    rows, s, shape = max(1, config.tokens_per_step // config.seqlen), config.seqlen, config.shape
-    rng = np.random.default_rng([plan.seed, s, rows])
-    out = []
-    for _ in range(plan.batches):
-        lengths = short_lengths if config.docs == "short" else long_lengths(rng, scale)
-        packed, pad = pack_rows(lengths, s, rows, rng)
-        seg_id, pos, valid = segment_arrays(packed, pad, s)
-        labels = np.where(valid, rng.integers(0, shape.vocab, (rows, s)), -100)
-        out.append({
-            "seg_id": torch.from_numpy(seg_id).to(device),
-            "doc_lengths": packed,  # per row, the padding tail included (one more segment)
-            "ids": torch.from_numpy(rng.integers(0, shape.vocab, (rows, s))).to(device),
-            "labels": torch.from_numpy(labels).to(device),
-            "rope": rope_tables(torch, torch.from_numpy(pos).to(device), shape, dtype),
-            "real_tokens": int(valid.sum()), "docs": sum(len(p) - f for p, f in zip(packed, pad)),
-            "pairs": sum(n * (n + 1) // 2 for row in packed for n in row),  # per head
-        })
-    return out
 
 
 def attention_inputs(torch, b, s, heads, kv_heads, head_dim, device, dtype, seed=1):
@@ -584,133 +356,8 @@ def run_scale(torch, names, device, dtype, log, save, seqlens=SCALE_ROWS, heads=
 
 
 # ----------------------------------------------------------------------------------------------
-# Reporting
+# The attentions a configuration runs
 # ----------------------------------------------------------------------------------------------
-def table(results, scale_rows) -> str:
-    head = (f"{'config':<15} {'attention':<10} {'step ms':>9} {'tok/s':>9} {'mask ms':>8} {'attn%':>6} "
-            f"{'attn ms':>9} {'attn TF/s':>9} {'peak GB':>8} {'loss0':>7} {'out err':>8}")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        for name, m in r["impls"].items():
-            if "step_s" not in m:
-                lines.append(f"{r['name']:<15} {name:<10} {m.get('error') or m.get('skipped')}"[:160])
-                continue
-            peak = m["peak_mem_bytes"] / 2**30 if m["peak_mem_bytes"] else float("nan")
-            lines.append(
-                f"{r['name']:<15} {name:<10} {m['step_s'] * 1e3:9.1f} {m['tokens_per_s']:9.0f} "
-                f"{m['mask_build_s'] * 1e3:8.2f} {100 * m['attn_share']:5.1f}% {m['attn_fwd_bwd_s'] * 1e3:9.2f} "
-                f"{m['attn_tflops_fwd_bwd']:9.1f} {peak:8.1f} {m['first_loss']:7.4f} "
-                f"{m['attn_out_rel_err_vs_first']:8.1e}")
-        if "best_peer" in r:
-            h = r.get("head_to_head")
-            paired = (f", head to head {h['paired_speedup_median']:.3f}x (IQR {h['paired_speedup_q1_q3'][0]:.3f}-"
-                      f"{h['paired_speedup_q1_q3'][1]:.3f}, {h['pairs']} ABBA pairs)") if h else ""
-            lines.append(f"{'':<15} ours vs best peer {r['best_peer']}: step "
-                         f"{r['speedup_vs_best_peer_sequential']:.3f}x sequential{paired}")
-    if scale_rows:
-        lines += ["", f"{'scale row':<10} {'attention':<10} {'fwd TF/s':>9} {'bwd TF/s':>9} {'peak GB':>8}"]
-        for row in scale_rows:
-            for name, m in row["impls"].items():
-                if "fwd_s" in m:
-                    lines.append(f"{seq_label(row['seqlen']):<10} {name:<10} {m['fwd_tflops']:9.1f} "
-                                 f"{m['bwd_tflops']:9.1f} {(m['peak_mem_bytes'] or 0) / 2**30:8.1f}")
-                else:
-                    lines.append(f"{seq_label(row['seqlen']):<10} {name:<10} {m.get('error') or m.get('skipped')}"[:160])
-    return "\n".join(lines)
-
-
-def best_peer(impls: dict) -> str | None:
-    """The peer with the fastest training step among those that ran and whose attention output
-    matched ours; None if there is none."""
-    ok = {n: m for n, m in impls.items() if n != "flashmask" and "step_s" in m and m.get("output_matches", True)}
-    return min(ok, key=lambda n: ok[n]["step_s"]) if ok else None
-
-
-def bar_check(results, scale_rows) -> dict:
-    """The issue's bar: per configuration, ours against the best peer with every peer's mask cost
-    counted (the head-to-head median where it ran, else the sequential ratio); the scale rows'
-    largest length each attention ran."""
-    configs = []
-    for r in results:
-        peers = [n for n, m in r["impls"].items() if n != "flashmask" and "step_s" in m]
-        wrong = [n for n in peers if not r["impls"][n].get("output_matches", True)]
-        h = r.get("head_to_head")
-        configs.append({
-            "name": r["name"], "seqlen": r["seqlen"], "peers": peers, "peers_with_wrong_output": wrong,
-            "best_peer": r.get("best_peer"),
-            "speedup_vs_best_peer": h["paired_speedup_median"] if h else r.get("speedup_vs_best_peer_sequential"),
-            "speedup_from": "head_to_head" if h else "sequential", "mask_cost_counted": True,
-        })
-    largest = {}
-    for row in scale_rows or []:
-        for name, m in row["impls"].items():
-            if "fwd_s" in m:
-                largest[name] = max(largest.get(name, 0), row["seqlen"])
-    return {"configs": configs,
-            "all_at_least_best_peer": bool(configs) and all((c["speedup_vs_best_peer"] or 0) >= 1.0 for c in configs),
-            "scale_largest_row": largest}
-
-
-def plot(report, png_path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    results, scale_rows = report["results"], report.get("scale_rows") or []
-    colors = dict(zip(IMPLS, ("tab:blue", "tab:orange", "tab:green", "tab:olive", "tab:red", "tab:purple")))
-    fig, axes = plt.subplots(1, 2 if scale_rows else 1, figsize=(14 if scale_rows else 8, 4.2), squeeze=False)
-    ax, width = axes[0][0], 0.8 / len(IMPLS)
-    for i, name in enumerate(IMPLS):
-        pts = [(j + (i - len(IMPLS) / 2 + 0.5) * width, r["impls"][name]["tokens_per_s"] /
-                r["impls"]["flashmask"]["tokens_per_s"])
-               for j, r in enumerate(results) if "step_s" in r["impls"].get(name, {})
-               and "step_s" in r["impls"].get("flashmask", {})]
-        if pts:
-            ax.bar([x for x, _ in pts], [y for _, y in pts], width, label=name, color=colors[name])
-    ax.axhline(1.0, color="black", linewidth=0.6)
-    ax.set_xticks(range(len(results)), [r["name"] for r in results], fontsize=8)
-    ax.set_title("training tokens/s relative to ours (mask built in every step)", fontsize=10)
-    ax.legend(fontsize=7)
-    if scale_rows:
-        ax = axes[0][1]
-        for i, name in enumerate(IMPLS):
-            pts = [(j + (i - len(IMPLS) / 2 + 0.5) * width, row["impls"][name]["bwd_tflops"])
-                   for j, row in enumerate(scale_rows) if "fwd_s" in row["impls"].get(name, {})]
-            if pts:
-                ax.bar([x for x, _ in pts], [y for _, y in pts], width, label=name, color=colors[name])
-        ax.set_xticks(range(len(scale_rows)), [seq_label(r["seqlen"]) for r in scale_rows])
-        hq, hk = scale_rows[0]["heads"]
-        ax.set_title(f"one causal-document row: backward TFLOP/s (GQA {hq}:{hk})", fontsize=10)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"packed causal documents, {report['dtype']} — {report['device']}, torch {report['torch']}, "
-                 f"commit {str(report['commit'])[:10]}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-
-
-def make_report(torch, argv, plan, dtype, results, scale_rows, t_start, smoke) -> dict:
-    cuda = torch.cuda.is_available()
-    return {
-        "benchmark": "e2e_h200", "command": "python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
-        "commit": provenance.git_commit(), "date": provenance.utc_now(),
-        # a prebuilt library may come from another commit than this script: say which
-        "flashmask_lib": os.environ.get("FLASHMASK_LIB"),
-        "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
-        "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""), "smoke": smoke,
-        "plan": asdict(plan), "long_document_lengths": list(LONG_DOCS),
-        "counting": "tokens/s = real (non-padding) tokens per step / median step time, the step "
-                    "including the attention's mask preparation for its batch; attention FLOPs = "
-                    "4*D*pairs*H fwd, 2.5x that bwd, over exactly the visible pairs",
-        "wall_s": time.monotonic() - t_start, "results": results, "scale_rows": scale_rows,
-        "bar": bar_check(results, scale_rows),
-    }
-
-
-def write_report(report: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-
-
 def make_impls(torch, config: Config, names, dtype, log) -> list:
     """The attentions of `names` that `config` runs (ours and its peers) and that load here."""
     shape, impls = config.shape, []
@@ -728,42 +375,31 @@ def make_impls(torch, config: Config, names, dtype, log) -> list:
     return impls
 
 
-def merge_scale_row(earlier: dict | None, later: dict) -> dict:
-    """One scale row from two runs of the same length: per attention the later run's entry, unless
-    it failed where the earlier one measured."""
-    if earlier is None:
-        return later
-    impls = dict(earlier["impls"])
-    for name, m in later["impls"].items():
-        if "fwd_s" in m or "fwd_s" not in impls.get(name, {}):
-            impls[name] = m
-    return dict(later, impls=impls)
-
-
-def merge(paths, out: Path, plot_png: bool = True, note: str | None = None) -> dict:
-    """One report from several runs: their configurations and scale rows in order (a later run's
-    configuration of the same name replaces an earlier one; scale rows merge per attention), the
-    bar over all, every run's command, commit and date kept under `runs` (a merged report's own
-    runs kept as they are), and `note` (which build each row comes from) when given."""
-    reports = [json.loads(Path(p).read_text()) for p in paths]
-    results, scale = {}, {}
-    for r in reports:
-        results.update({c["name"]: c for c in r["results"]})
-        for row in r.get("scale_rows") or []:
-            scale[row["seqlen"]] = merge_scale_row(scale.get(row["seqlen"]), row)
-    merged = dict(reports[-1], results=list(results.values()), scale_rows=[scale[s] for s in sorted(scale)])
-    if note is not None:
-        merged["note"] = note
-    # A report that is itself a merge contributes the runs it was joined from.
-    merged["runs"] = [run for r in reports
-                      for run in r.get("runs") or [{k: r.get(k) for k in ("command", "commit", "date", "device", "wall_s")}]]
-    merged["command"] = "python benchmarks/e2e_h200.py --merge " + " ".join(str(p) for p in paths)
-    merged["bar"] = bar_check(merged["results"], merged["scale_rows"])
-    write_report(merged, out)
-    if plot_png:
-        plot(merged, out.with_suffix(".png"))
-    print(table(merged["results"], merged["scale_rows"]))
-    return merged
+def pick_dense_backend(torch, dense, log):
+    """Keeps the faster masked SDPA backend (cuDNN or memory-efficient) at a 4K probe, fwd+bwd."""
+    from torch.nn.attention import SDPBackend
+    s, h, d = 4096, 32, 128
+    q, k, v = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    mask = torch.ones(s, s, dtype=torch.bool, device="cuda").tril_()[None, None]
+    best = None
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        dense.backends = [backend]
+        try:
+            def run():
+                dense(q, k, v, mask).sum().backward()
+            run()
+            t = statistics.median(timed(torch, run) for _ in range(3))
+            log(f"dense probe {backend.name}: {t * 1e3:.2f} ms fwd+bwd at 4K")
+            if best is None or t < best[0]:
+                best = (t, backend)
+        except Exception as exc:
+            log(f"dense probe {backend.name} failed: {type(exc).__name__}: {exc}")
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    if best:  # the faster first; the other stays as a fallback for shapes the first rejects
+        order.remove(best[1])
+        order.insert(0, best[1])
+    dense.backends = order
 
 
 # ----------------------------------------------------------------------------------------------
@@ -861,33 +497,6 @@ def main(argv=None) -> int:
     print("bar:", json.dumps(report["bar"]))
     log(f"wrote {args.out}" + ("" if args.no_plot else f" and {args.out.with_suffix('.png')}"))
     return 0
-
-
-def pick_dense_backend(torch, dense, log):
-    """Keeps the faster masked SDPA backend (cuDNN or memory-efficient) at a 4K probe, fwd+bwd."""
-    from torch.nn.attention import SDPBackend
-    s, h, d = 4096, 32, 128
-    q, k, v = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    mask = torch.ones(s, s, dtype=torch.bool, device="cuda").tril_()[None, None]
-    best = None
-    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-        dense.backends = [backend]
-        try:
-            def run():
-                dense(q, k, v, mask).sum().backward()
-            run()
-            t = statistics.median(timed(torch, run) for _ in range(3))
-            log(f"dense probe {backend.name}: {t * 1e3:.2f} ms fwd+bwd at 4K")
-            if best is None or t < best[0]:
-                best = (t, backend)
-        except Exception as exc:
-            log(f"dense probe {backend.name} failed: {type(exc).__name__}: {exc}")
-    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
-    if best:  # the faster first; the other stays as a fallback for shapes the first rejects
-        order.remove(best[1])
-        order.insert(0, best[1])
-    dense.backends = order
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""benchmarks/e2e_h200.py and e2e_attention.py without a GPU: packing, the bounds ours builds, and the
+"""benchmarks/e2e_h200.py and its modules (e2e_attention, e2e_data, e2e_report) without a GPU: packing, the bounds ours builds, and the
 report contract the bar reads (bar.configs, --merge)."""
 from __future__ import annotations
 
@@ -12,15 +12,18 @@ from flashmask_paddle import masks
 
 attention = load("e2e_attention")
 e2e = load("e2e_h200")
+e2e_config = load("e2e_config")
+e2e_data = load("e2e_data")
+e2e_report = load("e2e_report")
 
 
 def test_packed_rows_are_filled_exactly_with_a_padding_segment_last():
     rng = np.random.default_rng(1)
-    lengths = e2e.long_lengths(rng, scale=16)
-    assert lengths.min() >= e2e.LONG_DOCS[0] // 16 and lengths.max() <= e2e.LONG_DOCS[1] // 16
-    packed, pad = e2e.pack_rows(lengths, 4096, 3, rng)
+    lengths = e2e_data.long_lengths(rng, scale=16)
+    assert lengths.min() >= e2e_config.LONG_DOCS[0] // 16 and lengths.max() <= e2e_config.LONG_DOCS[1] // 16
+    packed, pad = e2e_data.pack_rows(lengths, 4096, 3, rng)
     assert all(sum(row) == 4096 for row in packed)
-    seg, _, valid = e2e.segment_arrays(packed, pad, 4096)
+    seg, _, valid = e2e_data.segment_arrays(packed, pad, 4096)
     for r, (row, has_pad) in enumerate(zip(packed, pad)):
         assert len(np.unique(seg[r])) == len(row)
         assert int((~valid[r]).sum()) == (row[-1] if has_pad else 0)
@@ -29,7 +32,7 @@ def test_packed_rows_are_filled_exactly_with_a_padding_segment_last():
 def test_our_bounds_are_the_causal_document_mask_of_the_segments():
     torch = __import__("pytest").importorskip("torch")
     rows = [[3, 4, 2], [5, 1, 3]]
-    seg, _, _ = e2e.segment_arrays(rows, [False, True], 9)
+    seg, _, _ = e2e_data.segment_arrays(rows, [False, True], 9)
     got = attention.FlashMaskAttention.bounds(types.SimpleNamespace(torch=torch),
                                               {"seg_id": torch.from_numpy(seg)})
     want = np.concatenate([masks.causal_document(r).indices for r in rows])
@@ -64,7 +67,7 @@ def _config(name, ours, peers, h2h=None):
 def test_the_bar_lists_every_configuration_against_its_best_peer():
     results = [_config("a", 1.0, {"flex": 1.2, "fa4varlen": 0.9}, h2h=0.93),
                _config("b", 1.0, {"flex": 1.5, "cudnnflex": None})]
-    bar = e2e.bar_check(results, [_scale(1 << 20, flashmask=True, flex=False)])
+    bar = e2e_report.bar_check(results, [_scale(1 << 20, flashmask=True, flex=False)])
     a, b = bar["configs"]
     assert a == {"name": "a", "seqlen": 1024, "peers": ["flex", "fa4varlen"], "peers_with_wrong_output": [],
                  "best_peer": "fa4varlen", "speedup_vs_best_peer": 0.93, "speedup_from": "head_to_head",
@@ -77,11 +80,11 @@ def test_the_bar_lists_every_configuration_against_its_best_peer():
 def test_a_peer_whose_output_differs_from_ours_is_never_the_best_peer():
     r = _config("a", 1.0, {"flex": 0.7, "fa4varlen": 0.9, "cudnnflex": None})
     r["impls"]["flex"]["output_matches"] = False
-    assert e2e.best_peer(r["impls"]) == "fa4varlen"
+    assert e2e_report.best_peer(r["impls"]) == "fa4varlen"
     r["impls"]["fa4varlen"]["output_matches"] = False
-    assert e2e.best_peer(r["impls"]) is None
+    assert e2e_report.best_peer(r["impls"]) is None
     r["best_peer"] = "fa4varlen"
-    assert e2e.bar_check([r], [])["configs"][0]["peers_with_wrong_output"] == ["flex", "fa4varlen"]
+    assert e2e_report.bar_check([r], [])["configs"][0]["peers_with_wrong_output"] == ["flex", "fa4varlen"]
 
 
 def test_attention_alone_builds_each_mask_right_before_its_call():
@@ -105,7 +108,7 @@ def test_attention_alone_builds_each_mask_right_before_its_call():
             return mask.numel() * mask.element_size()
 
     batches = [{"seg_id": torch.full((1, 8), i)} for i in range(3)]
-    shape = e2e.ModelShape(hidden=16, heads=2, kv_heads=2, head_dim=8, mlp=16, layers=1, vocab=16)
+    shape = e2e_config.ModelShape(hidden=16, heads=2, kv_heads=2, head_dim=8, mlp=16, layers=1, vocab=16)
     t_f, t_fb, out, mask_bytes = e2e.attention_alone(torch, SharedStateAttention(), batches, shape,
                                                      torch.float32, "cpu", reps=2)
     assert out.shape == (1, 8, 2, 8) and mask_bytes == 64 and 0 < t_f <= t_fb
@@ -121,7 +124,7 @@ def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
     for i, report in enumerate((one, two)):
         paths.append(tmp_path / f"{i}.json")
         paths[-1].write_text(json.dumps(report))
-    merged = e2e.merge(paths, tmp_path / "all.json", plot_png=False)
+    merged = e2e_report.merge(paths, tmp_path / "all.json", plot_png=False)
     assert [r["name"] for r in merged["results"]] == ["a", "b"] and len(merged["runs"]) == 2
     assert [c["best_peer"] for c in merged["bar"]["configs"]] == ["flex", "flex"]
     assert merged["bar"]["all_at_least_best_peer"] is False
@@ -130,7 +133,7 @@ def test_merge_joins_runs_and_recomputes_the_bar(tmp_path):
     three = dict(base, commit="c3", results=[_config("a", 1.1, {"flex": 1.0})])
     paths.append(tmp_path / "2.json")
     paths[-1].write_text(json.dumps(three))
-    again = e2e.merge([tmp_path / "all.json", paths[-1]], tmp_path / "again.json", plot_png=False)
+    again = e2e_report.merge([tmp_path / "all.json", paths[-1]], tmp_path / "again.json", plot_png=False)
     assert [r["commit"] for r in again["runs"]] == ["c", "c", "c3"]
     assert [r["name"] for r in again["results"]] == ["a", "b"]  # the later "a" replaced the earlier
     assert again["results"][0]["speedup_vs_best_peer_sequential"] == __import__("pytest").approx(1.0 / 1.1)
@@ -143,7 +146,7 @@ def test_merge_joins_scale_rows_per_attention_and_keeps_the_note(tmp_path):
     paths = [tmp_path / f"{i}.json" for i in range(2)]
     for path, report in zip(paths, runs):
         path.write_text(json.dumps(report))
-    merged = e2e.merge(paths, tmp_path / "all.json", plot_png=False, note="rows of two builds")
+    merged = e2e_report.merge(paths, tmp_path / "all.json", plot_png=False, note="rows of two builds")
     impls = merged["scale_rows"][0]["impls"]
     # A later failure does not replace an earlier measurement; a later measurement replaces a failure.
     assert "fwd_s" in impls["flashmask"] and "fwd_s" in impls["fa4varlen"] and "error" in impls["cudnnflex"]
