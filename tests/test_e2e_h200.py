@@ -1,5 +1,5 @@
-"""benchmarks/e2e_h200.py and its modules (e2e_attention, e2e_data, e2e_report) without a GPU: packing, the bounds ours builds, and the
-report contract the bar reads (bar.configs, --merge)."""
+"""benchmarks/e2e_h200.py and its modules (e2e_attention, e2e_data, e2e_report) without a GPU:
+packing, the bounds ours builds, and the report contract the bar reads (bar.configs, --merge)."""
 from __future__ import annotations
 
 import json
