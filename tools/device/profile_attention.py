@@ -20,13 +20,15 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-import e2e_h200 as e2e  # noqa: E402
 from e2e_attention import IMPLS, make_attention  # noqa: E402
+from e2e_config import CONFIGS, RunPlan  # noqa: E402
+from e2e_data import load_lengths, make_batches  # noqa: E402
+from e2e_h200 import attention_inputs  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", choices=sorted(e2e.CONFIGS), default="32k_short")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="32k_short")
     ap.add_argument("--impls", nargs="+", choices=IMPLS, default=["flashmask", "fa4varlen"])
     ap.add_argument("--warmup", type=int, default=2, help="untimed fwd+bwd calls (compiles, allocates)")
     ap.add_argument("--reps", type=int, default=3, help="profiled fwd+bwd calls")
@@ -35,12 +37,12 @@ def main() -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    config, plan = e2e.CONFIGS[args.config], e2e.RunPlan(batches=1)
+    config, plan = CONFIGS[args.config], RunPlan(batches=1)
     shape = config.shape
-    batch = e2e.make_batches(torch, config, plan, e2e.load_lengths(plan.dataset, 1), "cuda", torch.bfloat16, 1)[0]
+    batch = make_batches(torch, config, plan, load_lengths(plan.dataset, 1), "cuda", torch.bfloat16, 1)[0]
     b, s = batch["seg_id"].shape
-    q, k, v, dout = e2e.attention_inputs(torch, b, s, shape.heads, shape.kv_heads, shape.head_dim, "cuda",
-                                         torch.bfloat16)
+    q, k, v, dout = attention_inputs(torch, b, s, shape.heads, shape.kv_heads, shape.head_dim, "cuda",
+                                     torch.bfloat16)
     print(f"{config.name}: B={b} S={s} H={shape.heads} Hk={shape.kv_heads} D={shape.head_dim} "
           f"documents={batch['docs']} visible pairs per head={batch['pairs']}")
     for name in args.impls:
