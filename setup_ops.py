@@ -15,11 +15,12 @@ path at run time (``flashmask_paddle/_ops.py``). ``install`` is the flat, pip-li
 
 Kernel sources come from ``paddle_ops/sources_cpu.txt`` (and ``paddle_ops/sources_cuda.txt`` plus
 ``paddle_ops/paddle/flashmask_op_gpu.cc`` when Paddle is compiled with CUDA), the same lists
-``paddle_ops/CMakeLists.txt`` reads. Environment knobs: ``FLASHMASK_NATIVE=0`` drops
-``-march=native``; ``FLASHMASK_CUDA_GENCODE`` overrides the nvcc ``-gencode`` flags.
+``paddle_ops/CMakeLists.txt`` reads. Environment knobs: ``FLASHMASK_NATIVE=0`` (off, false, no)
+drops ``-march=native``; ``FLASHMASK_CUDA_GENCODE`` overrides the nvcc ``-gencode`` flags.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -67,6 +68,15 @@ def header_dependencies() -> list[str]:
     return sorted(found)
 
 
+def environment():
+    """flashmask_paddle/_env.py, the registry and parser of every FLASHMASK_* variable (standard
+    library only), loaded by path: the package is what this script installs."""
+    spec = importlib.util.spec_from_file_location("flashmask_env", os.path.join(ROOT, "flashmask_paddle", "_env.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def op_extension():
     import paddle
     from paddle.utils.cpp_extension import CppExtension, CUDAExtension
@@ -78,7 +88,7 @@ def op_extension():
     # the calling thread's pipeline role (a compare and a breakpoint) into every pipeline wait
     # and release of the Hopper kernels, which the benchmarked library does not carry.
     cxx = ["-O3", "-DNDEBUG", "-std=c++17", "-fopenmp", "-DPADDLE_NO_PYTHON", "-Wno-unused-parameter"]
-    if os.environ.get("FLASHMASK_NATIVE", "1") != "0":
+    if environment().flag("FLASHMASK_NATIVE"):
         cxx.append("-march=native")  # built where it is installed; enables AVX2/AVX-512 tiles
     sources = read_source_list("sources_cpu.txt") + ["paddle_ops/paddle/flashmask_op.cc"]
     if not paddle.is_compiled_with_cuda():

@@ -17,8 +17,9 @@ separately with CUDA events around each of --reps calls queued back to back behi
 median, after --warmup calls and at least --warmup-s seconds
 of back-to-back calls (compilation and autotuning happen in warm-up and are reported as compile_s;
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
-H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our time includes the mask preprocessing (it runs
-inside every call). Every implementation of a row is set up (first calls, compile_s) before any is
+H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our mask
+plan, like the peers' plans and block masks, is built once per mask and reported apart (mask_plan_ms);
+--variant NAME:FLASHMASK_MASK_PLAN=0 times ours preprocessing its mask inside every call. Every implementation of a row is set up (first calls, compile_s) before any is
 timed; --rounds N then times them N times, in list order in even rounds and reversed in odd ones
 (ABBA), and reports the medians over the rounds (per-round GPU times as fwd_ms_rounds,
 bwd_ms_rounds): timed one after the other, always in the same order, identical configurations

@@ -37,15 +37,17 @@ VARIABLES = (
              "plan built for the same mask tensor by an earlier call.",
              "flashmask_paddle.api, flashmask_paddle.torch"),
     Variable("FLASHMASK_FORCE_PATH", "(auto)",
-             "sm80 or sm90 (any case): run the portable or the Hopper CUDA kernels regardless of the device.",
+             "sm80 (any case): the portable CUDA kernels even where the Hopper ones run; sm90: the default, "
+             "the Hopper kernels wherever they run (compute capability 9.0, sm_90a built, their dtypes and "
+             "head dims), else the portable ones.",
              "paddle_ops/cuda/sm90/path_sm90.cu"),
     Variable("FLASHMASK_CPU_FUSED_DQ_MB", "256",
              "Largest total size (MiB) of the per-thread dQ buffers of the CPU backward's fused path; "
              "above it dQ takes a second pass. 0 forces the two-pass path.",
              "paddle_ops/cpu/flashmask_bwd_cpu.cc"),
     Variable("FLASHMASK_SM90_BLOCK_M", "(auto)",
-             "64|128: query rows per tile of the Hopper forward below head_dim 256; 192: at head_dim 64 "
-             "without indices or a block mask (tuning and tests).",
+             "64|128: query rows per tile of the Hopper forward below head_dim 256, without dropout (which "
+             "always takes 128); 192: at head_dim 64 without indices, a block mask or dropout (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PACK_GQA", "1",
              "0: the Hopper forward runs one query head per tile instead of packing the query heads "
@@ -71,9 +73,9 @@ VARIABLES = (
              "paddle_ops/cuda/sm90/bwd_launch_sm90.cu"),
     Variable("FLASHMASK_BWD_DOCUMENT_BLOCKS", "(auto)",
              "Key blocks of the Hopper backward restarting at packed documents' starts (index masks, "
-             "Sq = Sk): by default at head_dim 128, and at 64 with FLASHMASK_BWD_ROW_ANCHOR on; 1 at every "
-             "head dim, 0 never (blocks at multiples "
-             "of the block size; tuning and tests).",
+             "Sq = Sk, no block_mask, no dropout): by default at head_dim 128, and at 64 with "
+             "FLASHMASK_BWD_ROW_ANCHOR on; 1 at every head dim, 0 never (blocks at multiples of the "
+             "block size; tuning and tests).",
              "paddle_ops/cuda/key_blocks.cu"),
     Variable("FLASHMASK_BWD_ROW_ANCHOR", "1",
              "0: the Hopper backward's query tiles sit at multiples of its rows per step instead of "
@@ -95,7 +97,8 @@ VARIABLES = (
              "Where the torch binding builds libflashmask, keyed by a hash of the sources.",
              "flashmask_paddle.torch._build"),
     Variable("FLASHMASK_SOURCE_DIR", "<repo>/paddle_ops",
-             "The paddle_ops folder the torch binding builds from.", "flashmask_paddle.torch._build"),
+             "The paddle_ops folder the torch binding builds from (the default exists in a source "
+             "checkout; an installed package needs this or FLASHMASK_LIB).", "flashmask_paddle.torch._build"),
     Variable("FLASHMASK_WITH_CUDA", "(auto)",
              "1/0: build libflashmask with or without CUDA (default: with, when nvcc and a GPU are "
              "found). Also the CMake option of the same name.",
@@ -105,7 +108,7 @@ VARIABLES = (
              "flashmask_paddle.torch._build, paddle_ops/CMakeLists.txt"),
     Variable("FLASHMASK_BUILD_JOBS", "(CPU count)", "Parallel jobs of the torch binding's CMake build.",
              "flashmask_paddle.torch._build"),
-    Variable("FLASHMASK_NATIVE", "1", "0: build the Paddle op without -march=native (portable binary).",
+    Variable("FLASHMASK_NATIVE", "1", "Off: build the Paddle op without -march=native (portable binary).",
              "setup_ops.py"),
     Variable("FLASHMASK_CUDA_GENCODE", "sm_80 + sm_90a", "nvcc -gencode flags of the Paddle op's CUDA build.",
              "setup_ops.py"),
@@ -116,7 +119,7 @@ VARIABLES = (
              "tests/test_cuda_build.py"),
     Variable("FLASHMASK_CI_JOBS", "min(2, CPU count)", "Parallel jobs of the CUDA compile check.", "tests/test_cuda_build.py"),
     Variable("FLASHMASK_COMMIT", "(git)", "Commit recorded by benchmarks when git is not available.",
-             "benchmarks/kernel_bench.py"),
+             "flashmask_paddle.bench.provenance, tools/device/gpu_check.sh"),
 )
 
 _BY_NAME = {v.name: v for v in VARIABLES}

@@ -299,10 +299,13 @@ def _cpu_int64(t):
 
 
 def _no_dropout_seed_offset(fixed_seed_offset):
-    """No dropout is drawn, so the seed/offset pair is the fixed one if given, else zeros (as Paddle)."""
-    if fixed_seed_offset is None:
+    """No dropout is drawn, so the seed/offset pair is the fixed one if given, else zeros (as Paddle),
+    on the host like a drawn pair."""
+    if fixed_seed_offset is not None:
+        return _cpu_int64(fixed_seed_offset).clone()
+    if not paddle.in_dynamic_mode():
         return paddle.zeros([2], dtype="int64")
-    return fixed_seed_offset.clone()
+    return paddle.to_tensor([0, 0], dtype="int64", place=paddle.CPUPlace())
 
 
 def _draw_seed_offset(rng_name: str, query):

@@ -80,9 +80,11 @@ def test_return_conventions_follow_paddle():
     out_seed = flashmask_attention(q, k, v, return_seed_offset=True)
     assert len(out_seed) == 2 and out_seed[1].dtype == paddle.int64 and out_seed[1].shape == [2]
     assert (out_seed[1].numpy() == 0).all()
+    assert out_seed[1].place.is_cpu_place()  # on the host, like a pair dropout draws
     triple = flashmask_attention(q, k, v, return_softmax_lse=True, return_seed_offset=True,
                                  fixed_seed_offset=paddle.to_tensor([7, 9], dtype="int64"))
     assert len(triple) == 3 and triple[2].numpy().tolist() == [7, 9]
+    assert triple[2].place.is_cpu_place()
     np.testing.assert_array_equal(triple[0].numpy(), out.numpy())
 
 

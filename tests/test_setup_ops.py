@@ -52,3 +52,15 @@ def test_cuda_build_is_a_release_build_of_every_cuda_source(monkeypatch):
     listed = ["paddle_ops/" + entry for entry in listed if entry]
     assert set(listed) <= set(ext["sources"])
     assert "-DFLASHMASK_HAS_SM90=1" in flags["nvcc"]  # the default gencode has sm_90a
+
+
+@pytest.mark.parametrize("value, native", [("", True), ("1", True), ("0", False), ("off", False), ("No", False)])
+def test_native_flag_is_parsed_like_every_flashmask_switch(monkeypatch, value, native):
+    monkeypatch.setenv("FLASHMASK_NATIVE", value)
+    assert ("-march=native" in _extension(monkeypatch, with_cuda=False)["extra_compile_args"]["cxx"]) == native
+
+
+def test_native_flag_refuses_a_value_it_cannot_read(monkeypatch):
+    monkeypatch.setenv("FLASHMASK_NATIVE", "maybe")
+    with pytest.raises(ValueError, match="FLASHMASK_NATIVE"):
+        _extension(monkeypatch, with_cuda=False)

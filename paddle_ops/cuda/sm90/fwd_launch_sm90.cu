@@ -95,12 +95,10 @@ int sm90::fwd_pack_shift(const FwdParams& p, int block_m) {
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {
-  const bool supported = sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) && p.seqlen_k > 0;
-  // On by default wherever it runs (tests/gpu compares it with an fp64 reference on every shape).
-  constexpr bool kDefaultOn = true;
-  const int forced = sm90::forced_path();
-  const bool wanted = forced == 90 || (forced == 0 && kDefaultOn);
-  const bool selected = wanted && supported && device_runs_sm90();
+  // Wherever it runs, unless FLASHMASK_FORCE_PATH=sm80 (tests/gpu compares both paths with an fp64
+  // reference on every shape).
+  const bool selected = sm90::forced_path() != 80 && sm90::instantiated(p.dtype, p.head_dim, p.head_dim_v) &&
+                        p.seqlen_k > 0 && device_runs_sm90();
   // FLASHMASK_LOG_PATH=1: say once per process which path the forward took (tests of the switch).
   static bool logged = false;
   if (!logged && env_switch("FLASHMASK_LOG_PATH") == EnvSwitch::kOn) {
