@@ -46,8 +46,7 @@ __global__ void __launch_bounds__(Tr::kThreads) convert_dq_kernel(const BwdParam
     }
   }
   __syncthreads();
-  Element* dq = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
-                hq * p.dq.head_stride;
+  Element* dq = p.dq.at<Element>(b, m0, hq);
   // dQ's D columns (kD or fewer: the kernel's columns past D hold zeros and are not stored).
   const int chunks_per_row = p.head_dim * int(sizeof(Element)) / 16;
   const int rows = min(kBlockM, p.seqlen_q - m0);

@@ -45,10 +45,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
   Tensor sKt = make_tensor(make_smem_ptr(sK_ptr), typename Tr::SmemLayoutKt{});
   Tensor sdS = make_tensor(make_smem_ptr(sdS_ptr), typename Tr::SmemLayoutP{});
 
-  const Element* q_ptr = static_cast<const Element*>(p.q.data) + b * p.q.batch_stride +
-                         int64_t(m0) * p.q.row_stride + hq * p.q.head_stride;
-  const Element* do_ptr = static_cast<const Element*>(p.dout.data) + b * p.dout.batch_stride +
-                          int64_t(m0) * p.dout.row_stride + hq * p.dout.head_stride;
+  const Element* q_ptr = p.q.at<const Element>(b, m0, hq);
+  const Element* do_ptr = p.dout.at<const Element>(b, m0, hq);
   {
     Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.q.row_stride, _1{}));
     Tensor gdO = make_tensor(make_gmem_ptr(do_ptr), Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.dout.row_stride, _1{}));
@@ -69,8 +67,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
   int n_end = ws.n_blocks;
   const int last_visible_col = row_end - 1 + causal_off;
   if (p.causal) n_end = last_visible_col < 0 ? 0 : min(n_end, last_visible_col / kBlockN + 1);
-  const Element* k_head = static_cast<const Element*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const Element* v_head = static_cast<const Element*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const Element* k_head = p.k.at<const Element>(b, 0, hk);
+  const Element* v_head = p.v.at<const Element>(b, 0, hk);
 
   for (int n = 0; n < n_end; ++n) {
     const int n0 = n * kBlockN;
@@ -118,8 +116,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_kernel(const BwdParams p, 
   scale_acc(acc_dq, p.softmax_scale);
   store_acc<Tr>(acc_dq, sQ, mma_dq, tid);
   __syncthreads();
-  Element* dq_ptr = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
-                    hq * p.dq.head_stride;
+  Element* dq_ptr = p.dq.at<Element>(b, m0, hq);
   Tensor gdQ = make_tensor(make_gmem_ptr(dq_ptr), Shape<Int<kBlockM>, Int<kD>>{}, make_stride(p.dq.row_stride, _1{}));
   store_rows<Tr>(sQ, gdQ, m_valid, p.head_dim, tid);
 }

@@ -52,10 +52,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
   Tensor sdSt = make_tensor(make_smem_ptr(sdS_ptr), typename Tr::SmemLayoutPt{});
 
   // K and V of this key block (rows past Sk zero-filled).
-  const Element* k_ptr = static_cast<const Element*>(p.k.data) + b * p.k.batch_stride +
-                         int64_t(n0) * p.k.row_stride + hk * p.k.head_stride;
-  const Element* v_ptr = static_cast<const Element*>(p.v.data) + b * p.v.batch_stride +
-                         int64_t(n0) * p.v.row_stride + hk * p.v.head_stride;
+  const Element* k_ptr = p.k.at<const Element>(b, n0, hk);
+  const Element* v_ptr = p.v.at<const Element>(b, n0, hk);
   {
     Tensor gK = make_tensor(make_gmem_ptr(k_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.k.row_stride, _1{}));
     Tensor gV = make_tensor(make_gmem_ptr(v_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.v.row_stride, _1{}));
@@ -96,8 +94,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
       loaded_slice = slice;
     }
 
-    const Element* q_head = static_cast<const Element*>(p.q.data) + b * p.q.batch_stride + hq * p.q.head_stride;
-    const Element* do_head = static_cast<const Element*>(p.dout.data) + b * p.dout.batch_stride + hq * p.dout.head_stride;
+    const Element* q_head = p.q.at<const Element>(b, 0, hq);
+    const Element* do_head = p.dout.at<const Element>(b, 0, hq);
     const int64_t row_base = (int64_t(b) * p.heads_q + hq) * ws.seqlen_q_pad;
     auto load_q_do = [&](int mb, int stage) {
       Tensor gQ = make_tensor(make_gmem_ptr(q_head + int64_t(mb) * kBlockM * p.q.row_stride),
@@ -177,10 +175,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const BwdParams p
   store_acc<Tr>(acc_dk, sK, mma_dkv, tid);
   store_acc<Tr>(acc_dv, sV, mma_dkv, tid);
   __syncthreads();
-  Element* dk_ptr = static_cast<Element*>(p.dk.data) + b * p.dk.batch_stride + int64_t(n0) * p.dk.row_stride +
-                    hk * p.dk.head_stride;
-  Element* dv_ptr = static_cast<Element*>(p.dv.data) + b * p.dv.batch_stride + int64_t(n0) * p.dv.row_stride +
-                    hk * p.dv.head_stride;
+  Element* dk_ptr = p.dk.at<Element>(b, n0, hk);
+  Element* dv_ptr = p.dv.at<Element>(b, n0, hk);
   Tensor gdK = make_tensor(make_gmem_ptr(dk_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.dk.row_stride, _1{}));
   Tensor gdV = make_tensor(make_gmem_ptr(dv_ptr), Shape<Int<kBlockN>, Int<kD>>{}, make_stride(p.dv.row_stride, _1{}));
   store_rows<Tr>(sK, gdK, n_valid, p.head_dim, tid);

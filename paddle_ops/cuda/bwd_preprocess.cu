@@ -55,10 +55,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) prepare_rows_kernel(BwdPara
   const int64_t slice_row0 = (int64_t(b) * p.heads_q + h) * ws.seqlen_q_pad;  // row 0 of (b, h) in ws
   float dot = 0.f;
   if (row < p.seqlen_q) {
-    const T* o = static_cast<const T*>(p.out.data) + b * p.out.batch_stride + row * p.out.row_stride +
-                 h * p.out.head_stride;
-    const T* d = static_cast<const T*>(p.dout.data) + b * p.dout.batch_stride + row * p.dout.row_stride +
-                 h * p.dout.head_stride;
+    const T* o = p.out.at<const T>(b, row, h);
+    const T* d = p.dout.at<const T>(b, row, h);
     for (int c = lane * 8; c < p.head_dim_v; c += lanes * 8) {  // O and dO have Dv columns
       float fo[8], fd[8];
       Pack8<T>::to_float(*reinterpret_cast<const uint4*>(o + c), fo);

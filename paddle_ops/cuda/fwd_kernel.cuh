@@ -194,10 +194,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocksPerSm)
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
 
   // Global views: [S, D] of this (batch, head), D contiguous.
-  auto q_ptr = static_cast<const Element*>(p.q.data) + b * p.q.batch_stride + head * p.q.head_stride;
-  auto k_ptr = static_cast<const Element*>(p.k.data) + b * p.k.batch_stride + head_k * p.k.head_stride;
-  auto v_ptr = static_cast<const Element*>(p.v.data) + b * p.v.batch_stride + head_k * p.v.head_stride;
-  auto o_ptr = static_cast<Element*>(p.out.data) + b * p.out.batch_stride + head * p.out.head_stride;
+  auto q_ptr = p.q.at<const Element>(b, 0, head);
+  auto k_ptr = p.k.at<const Element>(b, 0, head_k);
+  auto v_ptr = p.v.at<const Element>(b, 0, head_k);
+  auto o_ptr = p.out.at<Element>(b, 0, head);
   Tensor mQ = make_tensor(make_gmem_ptr(q_ptr), make_shape(p.seqlen_q, Int<kHeadDim>{}),
                           make_stride(p.q.row_stride, _1{}));
   Tensor mK = make_tensor(make_gmem_ptr(k_ptr), make_shape(p.seqlen_k, Int<kHeadDim>{}),

@@ -40,8 +40,7 @@ __global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_k
     }
   }
   __syncthreads();
-  Element* dq = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(m0) * p.dq.row_stride +
-                head_q * p.dq.head_stride;
+  Element* dq = p.dq.at<Element>(b, m0, head_q);
   // The 16-byte chunks of dQ's D columns (D is a multiple of 8: flashmask/check.h); the tile's
   // columns past D are zero and dropped.
   const int chunks_per_row = p.head_dim * int(sizeof(Element)) / 16;

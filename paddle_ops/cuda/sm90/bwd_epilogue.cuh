@@ -29,8 +29,7 @@ __device__ __forceinline__ void store_block_rows(const TensorView& t, int32_t co
   using Element = typename Traits::Element;
   constexpr int kVecs = Traits::kHeadDim * int(sizeof(Element)) / 16;  // 16-byte pieces per row
   static_assert(Traits::kConsumerThreads % kVecs == 0, "whole rows per pass");
-  Element* rows_ptr = static_cast<Element*>(t.data) + int64_t(b) * t.batch_stride + int64_t(first_key) * t.row_stride +
-                      int64_t(head_k) * t.head_stride;
+  Element* rows_ptr = t.at<Element>(b, first_key, head_k);
   Tensor g = make_tensor(make_gmem_ptr(rows_ptr), make_shape(Int<Traits::kBlockN>{}, Int<Traits::kHeadDim>{}),
                          make_stride(t.row_stride, _1{}));
   auto copy_rows = make_tiled_copy(

@@ -17,6 +17,12 @@ constexpr int32_t kBlockMaskSize = 128;
 struct TensorView {
   void* data = nullptr;
   int64_t batch_stride = 0, row_stride = 0, head_stride = 0;  // in elements
+
+  // Element (b, row, head, 0) as a T* (T the element type, const T for the read-only views).
+  template <class T>
+  FM_HOST_DEVICE T* at(int64_t b, int64_t row, int64_t head) const {
+    return static_cast<T*>(data) + b * batch_stride + row * row_stride + head * head_stride;
+  }
 };
 
 struct FwdParams {
