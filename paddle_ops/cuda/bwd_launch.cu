@@ -29,17 +29,6 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("flashmask run_bwd_cuda: " + what);
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// 16-byte vector loads/stores need 16-byte aligned rows: base pointer and every stride a multiple of
-// 8 elements (D is contiguous by contract).
-void require_vector_rows(const TensorView& t, const char* name) {
-  const bool ok = t.data != nullptr && aligned16(t.data) && t.batch_stride % 8 == 0 && t.row_stride % 8 == 0 &&
-                  t.head_stride % 8 == 0;
-  require(ok, std::string(name) + " must be non-null with a 16-byte aligned base and strides that are "
-                                  "multiples of 8 elements");
-}
-
 void validate(const BwdParams& p) {
   check_bwd_params(p, "flashmask run_bwd_cuda", /*need_data=*/false);
   check_cuda_support(p, "flashmask run_bwd_cuda");
@@ -50,7 +39,7 @@ void validate_tensors(const BwdParams& p) {
   check_bwd_params(p, "flashmask run_bwd_cuda");
   const TensorView* views[] = {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv};
   const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
-  for (int i = 0; i < 8; ++i) require_vector_rows(*views[i], names[i]);
+  for (int i = 0; i < 8; ++i) check_cuda_view(*views[i], "flashmask run_bwd_cuda", names[i]);
 }
 
 // The backward's mask plan (bwd_workspace.h): the block bounds at the workspace grid's key block

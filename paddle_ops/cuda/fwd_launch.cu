@@ -23,26 +23,13 @@ namespace {
   throw std::runtime_error("flashmask run_fwd_cuda: " + what);
 }
 
-// 16-byte vector loads need 16-byte aligned rows: base pointer and every stride a multiple of 8
-// elements (2-byte dtypes).
-void check_view(const TensorView& t, const char* name) {
-  if (t.data == nullptr) fail(std::string(name) + " is null");
-  const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % 8 == 0 &&
-                       t.row_stride % 8 == 0 && t.head_stride % 8 == 0;
-  if (!aligned) {
-    fail(std::string(name) + " must be 16-byte aligned with strides that are multiples of 8 elements (got strides " +
-         std::to_string(t.batch_stride) + ", " + std::to_string(t.row_stride) + ", " +
-         std::to_string(t.head_stride) + ")");
-  }
-}
-
 void check_launch(const FwdParams& p) {
   flashmask::check_params(p, "flashmask run_fwd_cuda");
   check_cuda_support(p, "flashmask run_fwd_cuda");
-  check_view(p.q, "q");
-  check_view(p.k, "k");
-  check_view(p.v, "v");
-  check_view(p.out, "out");
+  check_cuda_view(p.q, "flashmask run_fwd_cuda", "q");
+  check_cuda_view(p.k, "flashmask run_fwd_cuda", "k");
+  check_cuda_view(p.v, "flashmask run_fwd_cuda", "v");
+  check_cuda_view(p.out, "flashmask run_fwd_cuda", "out");
 }
 
 // The path, tile shape and persistence of a call, decided in one place for its plan and its launch.

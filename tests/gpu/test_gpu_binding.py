@@ -119,3 +119,28 @@ def test_bad_inputs_raise_naming_the_argument(bad, error, words):
     with pytest.raises(error) as info:
         flashmask_attention(q, k, v, idx, causal=causal)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("direction, view, flaw", [
+    ("fwd", "k", "base"), ("fwd", "out", "stride"), ("bwd", "dout", "base"), ("bwd", "dq", "stride")])
+def test_c_abi_refuses_views_the_kernels_cannot_load_naming_them(direction, view, flaw):
+    """The binding hands the C ABI only 16-byte aligned views (it copies the others); another caller
+    of the C ABI that does not gets an argument error naming the view, not a misaligned load."""
+    import ctypes
+
+    from flashmask_paddle.torch import _capi, _ops
+    q, k, v = _inputs(b=2, sq=64, sk=64, hq=2, hk=2, d=64)
+    out, lse = torch.empty_like(q), torch.empty(2, 2, 64, device="cuda")
+    args = _ops._args(q, k, v, out, lse, None, True, 0.125, _ops.Extras())
+    if direction == "bwd":
+        args.dout, args.dq, args.dk, args.dv = (_ops._view(torch.empty_like(t)) for t in (q, q, k, v))
+    good = getattr(args, view)
+    bad = (good.data + 2, good.batch_stride, good.row_stride, good.head_stride) if flaw == "base" else \
+        (good.data, good.batch_stride, good.row_stride + 4, good.head_stride)
+    setattr(args, view, _capi.FmTensor(*bad))
+    lib = _capi.load_library()
+    query, run = ((lib.fm_fwd_workspace_bytes, lib.fm_fwd_cuda) if direction == "fwd"
+                  else (lib.fm_bwd_workspace_bytes, lib.fm_bwd_cuda))
+    ws, ws_ptr = _ops._workspace(lib, query, args, q.device)
+    with pytest.raises(ValueError, match=rf"\b{view} must have a 16-byte aligned base"):
+        _capi.check(lib, run(ctypes.byref(args), ws_ptr, _ops._stream(q.device)), run.__name__)

@@ -8,6 +8,7 @@
 // to its "bad argument" code, the Paddle op to a Paddle error.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -122,6 +123,19 @@ inline void check_cuda_support(const FwdParams& p, const char* where) {
   require(!p.mask_form.has_indices() || int64_t(p.batch) * p.mask_heads <= 65535, where,
           "batch * mask heads (startend_row_indices.shape[0] * shape[1]) must be at most 65535 on CUDA, got " +
               std::to_string(int64_t(p.batch) * p.mask_heads));
+}
+
+// The CUDA kernels load and store rows as 16-byte vectors (and by TMA on Hopper): a view's base
+// must be 16-byte aligned and its strides multiples of 8 elements (every CUDA dtype is 2 bytes).
+inline void check_cuda_view(const TensorView& t, const char* where, const char* name) {
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % 8 == 0 &&
+                       t.row_stride % 8 == 0 && t.head_stride % 8 == 0;
+  detail::require(aligned, where,
+                  std::string(name) + " must have a 16-byte aligned base and strides that are multiples of 8 "
+                                      "elements on CUDA (got base address % 16 = " +
+                      std::to_string(reinterpret_cast<uintptr_t>(t.data) % 16) + ", strides " +
+                      std::to_string(t.batch_stride) + ", " + std::to_string(t.row_stride) + ", " +
+                      std::to_string(t.head_stride) + ")");
 }
 
 }  // namespace flashmask
