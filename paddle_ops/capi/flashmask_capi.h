@@ -13,7 +13,8 @@ extern "C" {
 
 #define FLASHMASK_CAPI_VERSION 3
 
-/* A [B, S, H, D] view; D contiguous. Strides in elements. */
+/* A [B, S, H, D] view; D contiguous. Strides in elements. The CUDA kernels load rows as 16-byte
+ * vectors: a 16-byte aligned base and strides that are multiples of 8 elements (else a bad argument). */
 typedef struct {
   void* data;
   int64_t batch_stride, row_stride, head_stride;
