@@ -24,12 +24,13 @@ namespace {
 }
 
 void check_launch(const FwdParams& p) {
-  flashmask::check_params(p, "flashmask run_fwd_cuda");
-  check_cuda_support(p, "flashmask run_fwd_cuda");
-  check_cuda_view(p.q, "flashmask run_fwd_cuda", "q");
-  check_cuda_view(p.k, "flashmask run_fwd_cuda", "k");
-  check_cuda_view(p.v, "flashmask run_fwd_cuda", "v");
-  check_cuda_view(p.out, "flashmask run_fwd_cuda", "out");
+  constexpr const char* where = "flashmask run_fwd_cuda";
+  flashmask::check_params(p, where);
+  check_cuda_support(p, where);
+  check_cuda_view(p.q, where, "q");
+  check_cuda_view(p.k, where, "k");
+  check_cuda_view(p.v, where, "v");
+  check_cuda_view(p.out, where, "out");
 }
 
 // The path, tile shape and persistence of a call, decided in one place for its plan and its launch.

@@ -128,12 +128,12 @@ inline void check_cuda_support(const FwdParams& p, const char* where) {
 // The CUDA kernels load and store rows as 16-byte vectors (and by TMA on Hopper): a view's base
 // must be 16-byte aligned and its strides multiples of 8 elements (every CUDA dtype is 2 bytes).
 inline void check_cuda_view(const TensorView& t, const char* where, const char* name) {
-  const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % 8 == 0 &&
-                       t.row_stride % 8 == 0 && t.head_stride % 8 == 0;
+  const uintptr_t misalignment = reinterpret_cast<uintptr_t>(t.data) % 16;
+  const bool aligned = misalignment == 0 && t.batch_stride % 8 == 0 && t.row_stride % 8 == 0 && t.head_stride % 8 == 0;
   detail::require(aligned, where,
                   std::string(name) + " must have a 16-byte aligned base and strides that are multiples of 8 "
                                       "elements on CUDA (got base address % 16 = " +
-                      std::to_string(reinterpret_cast<uintptr_t>(t.data) % 16) + ", strides " +
+                      std::to_string(misalignment) + ", strides " +
                       std::to_string(t.batch_stride) + ", " + std::to_string(t.row_stride) + ", " +
                       std::to_string(t.head_stride) + ")");
 }
