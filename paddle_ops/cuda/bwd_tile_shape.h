@@ -24,8 +24,9 @@ constexpr TileShape tile_shape(int head_dim) {
   return head_dim == 64 ? TileShape{128, 128, 2} : head_dim == 128 ? TileShape{64, 128, 2} : TileShape{64, 64, 1};
 }
 
-// Hopper (sm90a) backward (sm90/bwd_traits.cuh): query rows per step, 128 at D = 64, where a
-// 64-row step's GEMMs are too small to cover its fixed cost, 64 above (S^T, dP^T, dK, dV would not
+// Hopper (sm90a) backward (sm90/bwd_traits.cuh): query rows per step, 128 at D = 64, where a 64-row
+// step's GEMMs are too small to cover its fixed cost (64-row steps: bwd TFLOP/s 0.91-1.00x on 8K
+// rows of every mask, kernel_h100_bwd_d64_rows64_ab.json), 64 above (S^T, dP^T, dK, dV would not
 // fit 240 registers at 128). The dropout kernel takes 64 at every D: at D = 64 its keep bits
 // spilled 294 bytes at 128 rows, and causal document ran 115 -> 107 TFLOP/s (H200, bf16, 8K,
 // p = 0.1). Keys per CTA: two consumer warpgroups of 64 keys each, or at D = 256, where they split
