@@ -25,21 +25,24 @@ void run_bwd_hdim(const BwdParams& p, const Workspace& ws, cudaStream_t stream);
 
 namespace {
 
+// The caller every error of run_bwd_cuda names.
+constexpr const char* kWhere = "flashmask run_bwd_cuda";
+
 void require(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error("flashmask run_bwd_cuda: " + what);
+  if (!ok) throw std::runtime_error(std::string(kWhere) + ": " + what);
 }
 
 void validate(const BwdParams& p) {
-  check_bwd_params(p, "flashmask run_bwd_cuda", /*need_data=*/false);
-  check_cuda_support(p, "flashmask run_bwd_cuda");
+  check_bwd_params(p, kWhere, /*need_data=*/false);
+  check_cuda_support(p, kWhere);
 }
 
 // Pointers and strides: only when running (the workspace size may be asked before tensors exist).
 void validate_tensors(const BwdParams& p) {
-  check_bwd_params(p, "flashmask run_bwd_cuda");
+  check_bwd_params(p, kWhere);
   const TensorView* views[] = {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv};
   const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
-  for (int i = 0; i < 8; ++i) check_cuda_view(*views[i], "flashmask run_bwd_cuda", names[i]);
+  for (int i = 0; i < 8; ++i) check_cuda_view(*views[i], kWhere, names[i]);
 }
 
 // The backward's mask plan (bwd_workspace.h): the block bounds at the workspace grid's key block
@@ -145,7 +148,7 @@ void run_bwd_cuda(const BwdParams& params, void* workspace, cudaStream_t stream,
   if (plan.data == nullptr) {
     build_bwd_plan_cuda(params, const_cast<BlockBounds*>(ws.bounds), stream);  // in the workspace
   } else {
-    check_plan_key(plan, bwd_plan_size_cuda(params).key, "flashmask run_bwd_cuda");
+    check_plan_key(plan, bwd_plan_size_cuda(params).key, bwd::kWhere);
     layout.carve(params, plan.data, &ws);
   }
 #if FLASHMASK_HAS_SM90
