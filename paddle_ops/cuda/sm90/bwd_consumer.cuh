@@ -107,7 +107,17 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
                             make_coord(key_slice, _0{}, _0{}));
   auto r2s_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
   auto thr_r2s_ds = r2s_ds.get_thread_slice(tidx);
-  Tensor tdSsdS = thr_r2s_ds.partition_D(sdStw);  // (CPY, CPY_M, CPY_N, buffer)
+  Tensor tdSsdS = thr_r2s_ds.partition_D(sdStw);  // ((values, stmatrix), 1, 1, buffer)
+  // The stmatrix destinations as 32-bit shared-memory addresses, computed once: the 128-byte
+  // swizzle acts on address bits 4-9 and the buffers lie multiples of 1 KB apart, so buffer b's
+  // addresses are buffer 0's plus b strides. Through the swizzled 64-bit pointers each step
+  // recomputed every address (about 8 dependent integer instructions per stmatrix).
+  static_assert(decltype(size<1>(tdSsdS) * size<2>(tdSsdS))::value == 1, "the stmatrix steps are mode 0's");
+  constexpr int kDsStores = decltype(size<0, 1>(tdSsdS))::value;
+  uint32_t ds_addr[kDsStores];
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kDsStores; ++i) ds_addr[i] = cast_smem_ptr_to_uint(&tdSsdS(make_coord(0, i), 0, 0, 0));
+  const uint32_t ds_buffer_bytes = cast_smem_ptr_to_uint(&tdSsdS(make_coord(0, 0), 0, 0, 1)) - ds_addr[0];
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kWGCols>>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kWGKeys>, Int<kWGCols>>{});
@@ -243,7 +253,15 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
     Tensor tdKrdS = make_tensor(ds_frag.data(), acc_as_a_operand(acc_dp.layout()));
     // dS into shared memory by stmatrix, before or after the dV issue (Traits::kDsBeforeDv).
     [[maybe_unused]] const int ds_slot = kSplitHeadDim ? 2 * wg + ds_buffer : ds_buffer;
-    auto store_ds = [&] { cute::copy(r2s_ds, thr_r2s_ds.retile_S(ds_frag), tdSsdS(_, _, _, ds_slot)); };
+    auto store_ds = [&] {
+      Tensor from = thr_r2s_ds.retile_S(ds_frag);  // ((values, stmatrix), 1, 1)
+      const uint32_t buffer = ds_slot * ds_buffer_bytes;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kDsStores; ++i) {
+        Tensor words = recast<uint32_t>(from(make_coord(_, i), 0, 0));
+        stmatrix_x4(ds_addr[i] + buffer, words(0), words(1), words(2), words(3));
+      }
+    };
     if constexpr (kWriteDq && Traits::kDsBeforeDv) store_ds();
     wgmma</*zero*/ false, /*wait*/ -1, /*A regs*/ true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
     if constexpr (!kDqUnderDk) {

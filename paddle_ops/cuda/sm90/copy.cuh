@@ -37,6 +37,12 @@ __device__ __forceinline__ void bulk_reduce_add_s2g(float* gmem_dst, const float
                : "memory");
 }
 
+// stmatrix of four 8 x 8 16-bit blocks (one register each) to a 32-bit shared-memory address.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3));
+}
+
 // `t` as TMA sees it: (seqlen, head_dim, heads, batch), head_dim contiguous. Element may be const.
 template <typename Element>
 auto tma_view(const TensorView& t, int32_t seqlen, int32_t head_dim, int32_t heads, int32_t batch) {
