@@ -113,6 +113,8 @@ __device__ __forceinline__ void consume_bwd_tiles(const BwdKernelParams<Traits>&
   // addresses are buffer 0's plus b strides. Through the swizzled 64-bit pointers each step
   // recomputed every address (about 8 dependent integer instructions per stmatrix).
   static_assert(decltype(size<1>(tdSsdS) * size<2>(tdSsdS))::value == 1, "the stmatrix steps are mode 0's");
+  static_assert(kBlockM * kBlockN * sizeof(Element) % 1024 == 0,
+                "dS buffers a multiple of 1 KB apart, so the swizzle maps each the same way");
   constexpr int kDsStores = decltype(size<0, 1>(tdSsdS))::value;
   uint32_t ds_addr[kDsStores];
   CUTLASS_PRAGMA_UNROLL
