@@ -22,8 +22,10 @@ figure counts. Grids, per tile shape (query rows x keys):
   sees when each document is a sequence of its own (its last tile in each document is short).
   Square masks (Sq = Sk): the query rows share the key columns' document starts.
 
-Shapes: 64 x 128 (the Hopper backward at D = 128), 128 x 128 (the Hopper forward at D = 128) and
-80 x 128 (FA4's Hopper backward for documents at D = 128). Prints a table and writes
+Shapes: 64 x 128 (the Hopper backward at D = 128), 128 x 128 (the Hopper forward at D = 128, the
+backward at D = 64), 80 x 128 (FA4's Hopper backward for documents at D = 128), 64 x 64 (our Hopper
+forward on index masks at D = 64) and 192 x 128 (our D = 64 forward without indices; FA4's and
+cuDNN-frontend's D = 64 forward). Prints a table and writes
 benchmarks/results/tile_efficiency.json (command, commit, machine, date).
 """
 from __future__ import annotations
@@ -45,7 +47,7 @@ from flashmask_paddle.bench import provenance  # noqa: E402
 
 import kernel_masks  # noqa: E402  (kernel_bench's masks: documents drawn the same way, same seeds)
 
-SHAPES = ((64, 128), (128, 128), (80, 128))
+SHAPES = ((64, 128), (128, 128), (80, 128), (64, 64), (192, 128))
 GRIDS = ("fixed", "keys at long documents", "rows anchored", "keys aligned", "aligned")
 ROW_ANCHOR = 16  # the rows a backward tile's first row is rounded down to
 DOCUMENT_MASKS = ("causal_document", "document", "short_documents", "share_question", "prefix_lm_document")
