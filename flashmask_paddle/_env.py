@@ -47,11 +47,12 @@ VARIABLES = (
              "paddle_ops/cpu/flashmask_bwd_cpu.cc"),
     Variable("FLASHMASK_SM90_BLOCK_M", "(auto)",
              "64|128: query rows per tile of the Hopper forward below head_dim 256, without dropout (which "
-             "always takes 128); 192: at head_dim 64 without indices, a block mask or dropout (tuning and tests).",
+             "always takes 128); 192: at head_dim 64 without a block mask or dropout (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
-    Variable("FLASHMASK_SM90_PACK_GQA", "1",
+    Variable("FLASHMASK_SM90_PACK_GQA", "(auto: packed but for causal attention without indices)",
              "0: the Hopper forward runs one query head per tile instead of packing the query heads "
-             "that share a K/V head into one tile's rows (tuning and tests).",
+             "that share a K/V head into one tile's rows; 1: packs causal attention without indices "
+             "too (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PERSISTENT", "(auto)",
              "0/1: persistent-grid scheduling of the Hopper forward (tuning and tests).",

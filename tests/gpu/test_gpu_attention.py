@@ -84,16 +84,17 @@ def test_head_dim_256_every_form(form, deterministic):
                       head_dim=256, dtype="bf16", deterministic=deterministic))
 
 
+@pytest.mark.parametrize("block_m", ["64", "192"])
 @pytest.mark.parametrize("persistent", ["0", "1"])
 @pytest.mark.parametrize("form", [(True, 1), (False, 4)], ids=form_id)
-def test_more_query_tiles_than_persistent_ctas(form, persistent, monkeypatch):
-    """352 query tiles of 64 rows against the Hopper forward's persistent grid (2 CTAs x 132 SMs on
-    the H200): each persistent CTA claims several tiles and its Q / K / V rings wrap from one tile
-    into the next (empty key lists and partial tiles among them). Elsewhere: the same case, once per
-    setting."""
-    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", "64")
+def test_more_query_tiles_than_persistent_ctas(form, persistent, block_m, monkeypatch):
+    """More query tiles than the Hopper forward's persistent grid has CTAs (64 rows: 504 tiles
+    against 2 CTAs x 132 SMs on the H200; 192 rows: 168 against 132): each persistent CTA claims
+    several tiles and its Q / K / V rings wrap from one tile into the next (empty key lists and
+    partial tiles among them). Elsewhere: the same case, once per setting."""
+    monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", block_m)
     monkeypatch.setenv("FLASHMASK_SM90_PERSISTENT", persistent)
-    check(fuzzed_case(form, seed_offset=700, batch=1, seqlen_q=700, heads_q=32, heads_k=8, mask_heads=8,
+    check(fuzzed_case(form, seed_offset=700, batch=1, seqlen_q=1000, heads_q=32, heads_k=8, mask_heads=8,
                       head_dim=64))
 
 
@@ -225,16 +226,28 @@ def test_gqa_heads_packed_into_forward_tiles(form, group, block_m, packed, monke
 @pytest.mark.parametrize("block_m", ["128", "192"])
 @pytest.mark.parametrize("heads", [(2, 2), (8, 2)], ids=lambda h: f"Hq{h[0]}Hk{h[1]}")
 @pytest.mark.parametrize("dtype", CUDA_DTYPES)
-@pytest.mark.parametrize("form", [(True, 0), (False, 0)], ids=form_id)
+@pytest.mark.parametrize("form", [(True, 0), (False, 0), (True, 2), (False, 4)], ids=form_id)
 def test_head_dim_64_forward_tile_heights(form, dtype, heads, block_m, monkeypatch):
-    """Head dim 64 without indices at both forward tile heights (FLASHMASK_SM90_BLOCK_M): 192 rows
-    are three consumer warpgroups over 128-key blocks; lengths past two 192-row tiles and not a
-    multiple of either block, Sq != Sk both ways, GQA packed into the rows."""
+    """Head dim 64 at both tall forward tile heights (FLASHMASK_SM90_BLOCK_M), with and without
+    indices: 192 rows are three consumer warpgroups over 128-key blocks; lengths past two 192-row
+    tiles and not a multiple of either block, Sq != Sk both ways, GQA packed into the rows."""
     monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", block_m)
     hq, hk = heads
     for i, (sq, sk) in enumerate([(401, 401), (451, 333), (200, 517)]):
         check(fuzzed_case(form, seed_offset=1600 + i, batch=2, seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_k=hk,
                           head_dim=64, dtype=dtype))
+
+
+@pytest.mark.parametrize("form, seqlen_q", [((False, 2), 8192 + 33), ((False, 4), 8192 + 33),
+                                            ((True, 1), 16384 + 33), ((True, 2), 16384 + 33)],
+                         ids=lambda x: form_id(x) if isinstance(x, tuple) else str(x))
+def test_head_dim_64_index_masks_over_long_query_rows(form, seqlen_q):
+    """Head dim 64 index masks over long query rows take the taller persistent forward tiles by
+    default (192 rows for bidirectional masks from 8K rows, 128 for causal ones from 16K; sm90
+    fwd_shape): several tiles per CTA, GQA packed, and few keys, which keep the fp64 reference cheap
+    (causal: the rows above the bottom-right diagonal see nothing)."""
+    check(fuzzed_case(form, seed_offset=1700 + seqlen_q, batch=1, seqlen_q=seqlen_q, seqlen_k=517, heads_q=4,
+                      heads_k=2, mask_heads=2, head_dim=64))
 
 
 @pytest.mark.parametrize("case", ["causal_document-bf16-D128", "global_sliding-fp16-D64"])

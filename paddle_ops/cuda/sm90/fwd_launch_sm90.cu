@@ -40,9 +40,22 @@ int block_m_of(const FwdParams& p) {
   // causal 385 / 382 -> 338 / 340 and 4K 412 / 407 -> 392 / 395, so causal rows shorter than
   // kTallCausalRows keep the persistent 128-row kernel.
   const bool tall_fits = d == 64 && !p.mask_form.has_indices() && p.block_mask == nullptr;
-  if (forced == 192 && tall_fits) return 192;
+  if (forced == 192 && d == 64 && p.block_mask == nullptr) return 192;
   if (tall_fits && (!p.causal || p.seqlen_q >= sm90::kTallCausalRows)) return 192;
   if (!p.mask_form.has_indices()) return 128;
+  // Index masks at 64 columns over long rows: 192 rows (persistent) for bidirectional masks, 128
+  // (persistent) for causal ones from kLongCausalIndexRows; their 64-row tiles waste less area but
+  // run slower per element. H100, bf16, B*S = 32K, one process, two rounds, fwd TFLOP/s 64 rows ->
+  // 128 / 192 (benchmarks/results/kernel_h100_fwd_d64_tile_heights.json): document 8K 334 -> 366 /
+  // 353, 32K 414 -> 460 / 475; prefix-LM causal 8K 408 -> 461 / 511, 32K 414 -> 467 / 503; causal
+  // document 32K 379 -> 423 / 408, share question 377 -> 401 / 358, sliding window 418 -> 459 /
+  // 482. Short documents keep 64 rows ahead at both lengths (8K 217 -> 202 / 194, 32K 202 -> 186 /
+  // 178) and at 8K the causal masks are level with 128 rows (causal document 319 / 320, share
+  // question 269 / 265), so causal index masks switch at 16K rows, between the measured points.
+  if (d == 64 && p.block_mask == nullptr && p.seqlen_q >= sm90::kLongRows) {
+    if (!p.causal) return 192;
+    if (p.seqlen_q >= sm90::kLongCausalIndexRows) return 128;
+  }
   // Index masks: 128 rows (persistent) once rows are long enough for long key lists, else 64 rows
   // with two CTAs per SM. H200, bf16 D=128, B*S=32K, one process, fwd TFLOP/s 64 -> 128 rows (TMA
   // epilogue and longest-first tiles in both): 8K prefix-LM causal 503 -> 601, sliding window
@@ -61,13 +74,14 @@ int block_m_of(const FwdParams& p) {
 // rounds: 32K 660 -> 672, 64K 668 -> 679, 16:4 and fp16 alike, every round ahead; 128K +0.3-0.8%;
 // kernel_h100_fwd_persistent_*_causal_ab.json); not for dense attention (8K full level). Dropout
 // and 256 columns have one tile per CTA only (no room for the persistent kernel's second Q stage
-// at 256).
+// at 256). 192 rows (D = 64): persistent for causal attention and index masks, one tile per CTA for
+// dense attention (H100, bf16, 8K causal 454 -> 508 TFLOP/s, 32K causal and 8K / 32K full within
+// round-to-round spread; kernel_h100_fwd_d64_tile_heights.json).
 bool persistent_of(const FwdParams& p, int block_m) {
-  // No persistent 192-row kernel: at its 152 registers per consumer thread ptxas serialises the wgmmas.
-  if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128 || block_m == 192) return false;
+  if (p.dropout_p > 0.f || sm90::kernel_head_dim(p) > 128) return false;
   const EnvSwitch forced = env_switch("FLASHMASK_SM90_PERSISTENT");
   if (forced != EnvSwitch::kUnset) return forced == EnvSwitch::kOn;
-  return p.causal || (block_m == 128 && p.mask_form.has_indices());
+  return p.causal || (block_m >= 128 && p.mask_form.has_indices());
 }
 
 }  // namespace
@@ -78,7 +92,13 @@ sm90::FwdShape sm90::fwd_shape(const FwdParams& p) {
 }
 
 int sm90::fwd_pack_shift(const FwdParams& p, int block_m) {
-  if (env_switch("FLASHMASK_SM90_PACK_GQA") == EnvSwitch::kOff) return 0;
+  const EnvSwitch forced = env_switch("FLASHMASK_SM90_PACK_GQA");
+  if (forced == EnvSwitch::kOff) return 0;
+  // Causal attention without indices runs one head per tile unless forced: there is no mask to
+  // share and the packed tiles' narrower diagonal costs more than the shared K / V loads save (H100,
+  // bf16, GQA 16:4, three rounds, fwd TFLOP/s packed -> one head per tile: D = 128 8K 644 -> 696,
+  // 32K 672 -> 679; D = 64 level; kernel_h100_fwd_gqa_causal_variants.json).
+  if (forced == EnvSwitch::kUnset && p.causal && !p.mask_form.has_indices()) return 0;
   const int group = p.heads_k > 0 ? p.heads_q / p.heads_k : 1;
   const bool one_slice_per_group =
       !p.mask_form.has_indices() || p.mask_heads <= 1 || p.mask_heads == p.heads_k;

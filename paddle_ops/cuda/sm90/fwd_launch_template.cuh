@@ -119,10 +119,11 @@ void run_fwd_sm90_kernel(const FwdParams& p, const FwdBlockLists& lists, FwdShap
     launch_fwd<Element, kHeadDim, 128, false, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
     return;
   }
-  // 192 rows: head_dim 64 without indices, one tile per CTA (fwd_shape()).
+  // 192 rows: head_dim 64, one tile per CTA or persistent (fwd_shape()).
   if constexpr (kHeadDim == 64) {
-    if (block_m == 192 && !persistent) {
-      launch_fwd<Element, kHeadDim, 192>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
+    if (block_m == 192) {
+      persistent ? launch_fwd<Element, kHeadDim, 192, true>(p, pack_shift, lists, tile_counter, payload, tile_order, stream)
+                 : launch_fwd<Element, kHeadDim, 192>(p, pack_shift, lists, tile_counter, payload, tile_order, stream);
       return;
     }
   }

@@ -30,11 +30,14 @@ constexpr size_t kFwdScratchBytes = 256;
 // Tile rows per CTA: 128 (two consumer warpgroups) for dense and causal attention and, at
 // head_dim 128, for index masks over at least kLongRows query rows (persistent CTAs); else 64 (one
 // warpgroup, two CTAs per SM) for index masks, whose block lists are short (fwd_traits.cuh);
-// always 128 at head_dim 256; 192 (three consumer warpgroups) at head_dim 64 without indices,
-// but for causal attention over fewer than kTallCausalRows query rows. FLASHMASK_SM90_BLOCK_M=
-// 64|128 overrides below 256, =192 at 64 columns without indices (measurements).
+// always 128 at head_dim 256. At head_dim 64: 192 (three consumer warpgroups) without indices, but
+// for causal attention over fewer than kTallCausalRows query rows, and for bidirectional index
+// masks over at least kLongRows; 128 for causal index masks over at least kLongCausalIndexRows.
+// FLASHMASK_SM90_BLOCK_M=64|128 overrides below 256, =192 at 64 columns without a block mask
+// (measurements in fwd_launch_sm90.cu).
 constexpr int kLongRows = 8192;
 constexpr int kTallCausalRows = 6144;
+constexpr int kLongCausalIndexRows = 16384;
 // The sm90 forward kernel of a call: its tile rows and whether its CTAs are persistent
 // (fwd_tiles.cuh), with the FLASHMASK_SM90_BLOCK_M and FLASHMASK_SM90_PERSISTENT overrides (read
 // per call). One decision for the plan and the launch.
@@ -49,8 +52,9 @@ FwdShape fwd_shape(const FwdParams& p);
 // once for all of them and a tile spans block_m >> shift positions (fewer masked elements on the
 // diagonal and at document edges); FlashAttention's pack_gqa. Where the heads share one mask
 // slice (mask heads 1 or Hk), without dropout or a block mask, the group a power of two of at most
-// block_m / 8, D <= 128 and Sk <= 64K at D = 128 (fwd_launch_sm90.cu); else 0.
-// FLASHMASK_SM90_PACK_GQA=0 turns it off (read per call).
+// block_m / 8, D <= 128 and Sk <= 64K at D = 128 (fwd_launch_sm90.cu), but not for causal
+// attention without indices unless FLASHMASK_SM90_PACK_GQA=1; else 0. FLASHMASK_SM90_PACK_GQA=0
+// turns it off (read per call).
 int fwd_pack_shift(const FwdParams& p, int block_m);
 
 // First position of query block m_block of block_m-row tiles; tile row r holds position

@@ -67,10 +67,11 @@ struct FwdTraits {
   // - 1 WG, two CTAs: 24 / 232 ((24 + 232) x 128 = 32768 per CTA); persistent 40 / 216 (its
   //   producer's tile loop spilled at 24 and 32);
   // - 3 WGs (192 rows, D = 64), one CTA: 24 / 160 (24 x 128 + 160 x 384 = 64512 <= 65536);
-  //   persistent 40 / 152.
+  //   persistent 32 / 160 (= 65536: at 152 ptxas serialised the consumers' wgmmas; the producer's
+  //   tile loop spills 3 words at 32).
   static constexpr int kMinBlocksPerSM = kConsumerWGs == 1 ? 2 : 1;
-  static constexpr int kProducerRegs = kPersistent ? 40 : 24;
-  static constexpr int kConsumerRegs = kConsumerWGs == 3   ? (kPersistent ? 152 : 160)
+  static constexpr int kProducerRegs = kPersistent ? (kConsumerWGs == 3 ? 32 : 40) : 24;
+  static constexpr int kConsumerRegs = kConsumerWGs == 3   ? 160
                                        : kConsumerWGs == 2 ? (kPersistent ? 232 : 240)
                                                            : (kPersistent ? 216 : 232);
   // setmaxnreg only moves registers inside what the CTA got at launch (the __launch_bounds__ cap,
