@@ -18,6 +18,10 @@ figure counts. Grids, per tile shape (query rows x keys):
 - rows anchored: the key blocks of "keys at long documents", each with its own query tiles from the
   first row it sees rounded down to 16 rows: our Hopper backward's grid (`sm90/bwd_tiles.cuh`;
   64 x 128 at D = 128, 128 x 128 at D = 64);
+- rows at long documents: query blocks restart at the starts of documents at least one query block
+  long (the same rule as the backward's key blocks), key blocks fixed;
+- rows and keys at long documents: both restart there: a forward whose query tiles and key blocks
+  follow the documents as the backward's key blocks do;
 - aligned: query and key blocks both restart at every document start: what FlashAttention-4 varlen
   sees when each document is a sequence of its own (its last tile in each document is short).
   Square masks (Sq = Sk): the query rows share the key columns' document starts.
@@ -48,7 +52,8 @@ from flashmask_paddle.bench import provenance  # noqa: E402
 import kernel_masks  # noqa: E402  (kernel_bench's masks: documents drawn the same way, same seeds)
 
 SHAPES = ((64, 128), (128, 128), (80, 128), (64, 64), (192, 128))
-GRIDS = ("fixed", "keys at long documents", "rows anchored", "keys aligned", "aligned")
+GRIDS = ("fixed", "keys at long documents", "rows anchored", "keys aligned", "rows at long documents",
+         "rows and keys at long documents", "aligned")
 ROW_ANCHOR = 16  # the rows a backward tile's first row is rounded down to
 DOCUMENT_MASKS = ("causal_document", "document", "short_documents", "share_question", "prefix_lm_document")
 
@@ -64,7 +69,8 @@ def block_starts(length: int, block: int, segment_starts: np.ndarray | None) -> 
 def long_document_key_starts(documents: np.ndarray, length: int, block: int) -> np.ndarray:
     """Key block starts of our Hopper backward over one row whose document starts are `documents`
     (ascending, 0 first): restarts at documents of at least `block` keys only, and the fixed blocks
-    where that needs more than the plan's slots (the fixed count plus a quarter)."""
+    where that needs more than the plan's slots (the fixed count plus a quarter). Square masks: the
+    same rule gives query blocks over the rows."""
     ends = np.append(documents[1:], length)
     restarts = np.union1d([0], documents[ends - documents >= block]).astype(np.int64)  # key 0 always starts
     starts = block_starts(length, block, restarts)
@@ -102,8 +108,11 @@ def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
         documents = slice_document_starts(indices, causal, seqlen_q)
     work = 0
     for slice_, docs in zip(indices.reshape(-1, *indices.shape[2:]), documents):
-        rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
-        if grid in ("keys at long documents", "rows anchored"):
+        if grid in ("rows at long documents", "rows and keys at long documents"):
+            rows = long_document_key_starts(docs, seqlen_q, block_m)
+        else:
+            rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
+        if grid in ("keys at long documents", "rows anchored", "rows and keys at long documents"):
             keys = long_document_key_starts(docs, slice_.shape[0], block_n)
         else:
             keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
