@@ -115,7 +115,7 @@ def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
         if grid in ("keys at long documents", "rows anchored", "rows and keys at long documents"):
             keys = long_document_key_starts(docs, slice_.shape[0], block_n)
         else:
-            keys = block_starts(slice_.shape[0], block_n, None if grid == "fixed" else docs)
+            keys = block_starts(slice_.shape[0], block_n, None if grid in ("fixed", "rows at long documents") else docs)
         if grid == "rows anchored":
             tiles = anchored_tiles(slice_, causal, seqlen_q, keys, block_m)
         else:
