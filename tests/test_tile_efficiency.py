@@ -41,11 +41,15 @@ def test_efficiency_matches_the_dense_picture(builder, grid, seed):
     starts = np.cumsum([0] + docs[:-1])
     np.testing.assert_array_equal(np.flatnonzero(masks.document_starts(mask)[0, 0]), starts)
     shape = (32, 32)
-    rows = tile_efficiency.block_starts(seqlen, shape[0], starts if grid == "aligned" else None)
-    if grid in ("keys at long documents", "rows anchored"):
+    if grid in ("rows at long documents", "rows and keys at long documents"):
+        rows = tile_efficiency.long_document_key_starts(starts, seqlen, shape[0])
+    else:
+        rows = tile_efficiency.block_starts(seqlen, shape[0], starts if grid == "aligned" else None)
+    if grid in ("keys at long documents", "rows anchored", "rows and keys at long documents"):
         keys = tile_efficiency.long_document_key_starts(starts, seqlen, shape[1])
     else:
-        keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid == "fixed" else starts)
+        keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid in ("fixed", "rows at long documents")
+                                            else starts)
     got = tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid)
     want = _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=grid == "rows anchored")
     assert got == pytest.approx(want, rel=1e-12)
