@@ -32,16 +32,17 @@ int block_m_of(const FwdParams& p) {
   if (d > 128) return 128;  // the only instantiated shape at 256 columns
   if (p.dropout_p > 0.f) return 128;  // the only shape with a dropout instantiation
   if (forced == 64 || forced == 128) return forced;
-  // 192 rows (three consumer warpgroups) at 64 columns without indices or a block mask (whose
-  // 128-position blocks a 192-row tile would straddle). H200, bf16, B*S = 32K, one process, fwd
-  // TFLOP/s 128 -> 192 rows (benchmarks/results/kernel_h200_fwd_d64_192_ab.json): 8K full 454 / 457
-  // -> 493 / 491, causal 443 / 440 -> 458 / 458 (persistent 128 rows), 32K causal 475 / 472 ->
-  // 495 / 494, GQA 16:4 8K causal 438 / 434 -> 470 / 468, 6K causal 423 / 425 -> 437 / 436; 2K
-  // causal 385 / 382 -> 338 / 340 and 4K 412 / 407 -> 392 / 395, so causal rows shorter than
-  // kTallCausalRows keep the persistent 128-row kernel.
-  const bool tall_fits = d == 64 && !p.mask_form.has_indices() && p.block_mask == nullptr;
-  if (forced == 192 && d == 64 && p.block_mask == nullptr) return 192;
-  if (tall_fits && (!p.causal || p.seqlen_q >= sm90::kTallCausalRows)) return 192;
+  // The 192-row kernel (three consumer warpgroups) runs 64 columns without a block mask, whose
+  // 128-position blocks a 192-row tile would straddle.
+  const bool tall_fits = d == 64 && p.block_mask == nullptr;
+  if (forced == 192 && tall_fits) return 192;
+  // 192 rows without indices. H200, bf16, B*S = 32K, one process, fwd TFLOP/s 128 -> 192 rows
+  // (benchmarks/results/kernel_h200_fwd_d64_192_ab.json): 8K full 454 / 457 -> 493 / 491, causal
+  // 443 / 440 -> 458 / 458 (persistent 128 rows), 32K causal 475 / 472 -> 495 / 494, GQA 16:4 8K
+  // causal 438 / 434 -> 470 / 468, 6K causal 423 / 425 -> 437 / 436; 2K causal 385 / 382 -> 338 /
+  // 340 and 4K 412 / 407 -> 392 / 395, so causal rows shorter than kTallCausalRows keep the
+  // persistent 128-row kernel.
+  if (tall_fits && !p.mask_form.has_indices() && (!p.causal || p.seqlen_q >= sm90::kTallCausalRows)) return 192;
   if (!p.mask_form.has_indices()) return 128;
   // Index masks at 64 columns over long rows: 192 rows (persistent) for bidirectional masks, 128
   // (persistent) for causal ones from kLongCausalIndexRows; their 64-row tiles waste less area but
@@ -52,7 +53,7 @@ int block_m_of(const FwdParams& p) {
   // 482. Short documents keep 64 rows ahead at both lengths (8K 217 -> 202 / 194, 32K 202 -> 186 /
   // 178) and at 8K the causal masks are level with 128 rows (causal document 319 / 320, share
   // question 269 / 265), so causal index masks switch at 16K rows, between the measured points.
-  if (d == 64 && p.block_mask == nullptr && p.seqlen_q >= sm90::kLongRows) {
+  if (tall_fits && p.seqlen_q >= sm90::kLongRows) {
     if (!p.causal) return 192;
     if (p.seqlen_q >= sm90::kLongCausalIndexRows) return 128;
   }
