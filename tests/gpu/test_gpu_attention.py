@@ -230,7 +230,8 @@ def test_gqa_heads_packed_into_forward_tiles(form, group, block_m, packed, monke
 def test_head_dim_64_forward_tile_heights(form, dtype, heads, block_m, monkeypatch):
     """Head dim 64 at both tall forward tile heights (FLASHMASK_SM90_BLOCK_M), with and without
     indices: 192 rows are three consumer warpgroups over 128-key blocks; lengths past two 192-row
-    tiles and not a multiple of either block, Sq != Sk both ways, GQA packed into the rows."""
+    tiles and not a multiple of either block, Sq != Sk both ways, GQA heads packed into the rows
+    (but under causal attention without indices, which runs one head per tile)."""
     monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", block_m)
     hq, hk = heads
     for i, (sq, sk) in enumerate([(401, 401), (451, 333), (200, 517)]):

@@ -59,8 +59,9 @@ def cases():
     # Causal without indices over 8K rows: the 128-row forward's persistent CTAs (sm90::fwd_shape).
     yield Case(batch=1, seqlen_q=8192 + 77, seqlen_k=8192 + 77, heads_q=2, heads_k=1, head_dim=128, dtype="bf16",
                causal=True, seed=170)
-    # Head dim 64, causal over 8K rows with four query heads per K / V head: the 192-row forward's
-    # persistent CTAs, more packed tiles (173) than CTAs, so that the Q ring wraps between tiles.
+    # Head dim 64, causal over 8K rows with four query heads per K / V head (one head per tile:
+    # causal attention without indices is not packed): the 192-row forward's persistent CTAs, more
+    # tiles (176) than CTAs, so that the Q ring wraps between tiles.
     yield Case(batch=1, seqlen_q=8192 + 77, seqlen_k=8192 + 77, heads_q=4, heads_k=1, head_dim=64, dtype="bf16",
                causal=True, seed=175)
     # Head dim 64, dense: the 192-row forward (three consumer warpgroups), three tiles, Sq != Sk.
