@@ -59,35 +59,39 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) block_bounds_kernel(FwdPara
 }
 
 // One warp per (slice, query block): classify 32 key blocks at a time (descending) and compact the
-// visible ones with a ballot, partial tiles in a first pass and unmasked ones in a second.
-__global__ void __launch_bounds__(32 * kWarpsPerCta) fwd_block_lists_kernel(FwdParams p, int32_t block_m,
-                                                                            int32_t block_n, int32_t num_m_blocks,
-                                                                            int32_t num_n_blocks,
+// visible ones with a ballot, partial tiles in a first pass and unmasked ones in a second. The
+// blocks are lists' (FwdBlockLists::rows_of / cols_of): fixed, or document ranges.
+__global__ void __launch_bounds__(32 * kWarpsPerCta) fwd_block_lists_kernel(FwdParams p, MaskSlices slices,
+                                                                            int32_t block_m, int32_t block_n,
+                                                                            FwdBlockLists lists,
                                                                             const BlockBounds* bounds,
                                                                             int32_t* entries, int32_t* counts) {
+  const int32_t num_m_blocks = lists.num_m_blocks, num_n_blocks = lists.num_n_blocks;
   const int32_t m_block = blockIdx.x * kWarpsPerCta + threadIdx.x / 32;
   const int32_t slice = blockIdx.y;
   const int lane = threadIdx.x % 32;
   if (m_block >= num_m_blocks) return;
-  const int32_t row_begin = m_block * block_m;
-  const int32_t row_end = min(row_begin + block_m, p.seqlen_q);
+  const int32_t b = slices.batch_of(slice);
+  const int2 rows = lists.rows_of(b, m_block, block_m, p.seqlen_q);
+  const int32_t row_begin = rows.x, row_end = rows.y;
   const int32_t causal_off = causal_offset(p.seqlen_q, p.seqlen_k);
   const BlockBounds* slice_bounds = bounds + (int64_t)slice * num_n_blocks;
   const int64_t list = (int64_t)slice * num_m_blocks + m_block;
   int32_t* out = entries + list * num_n_blocks;
   int32_t count = 0, num_partial = 0;
-  for (int pass = 0; pass < 2; ++pass) {  // 0: partial tiles, 1: unmasked tiles
+  for (int pass = 0; pass < 2 && row_begin < row_end; ++pass) {  // 0: partial tiles, 1: unmasked tiles
     for (int32_t base = num_n_blocks - 1; base >= 0; base -= 32) {
       const int32_t n_block = base - lane;
       bool take = false;
-      if (n_block >= 0) {
-        const int32_t col_begin = n_block * block_n;
-        const int32_t col_end = min(col_begin + block_n, p.seqlen_k);
+      const int2 cols = n_block >= 0 ? lists.cols_of(b, n_block, block_n, p.seqlen_k) : make_int2(0, 0);
+      if (cols.x < cols.y) {
+        const int32_t col_begin = cols.x, col_end = cols.y;
         const TileKind kind = !p.block_kept_in_slice(slice, row_begin, col_begin)
                                   ? TileKind::kMasked
                                   : classify_tile(row_begin, row_end, col_begin, col_end,
                                                   slice_bounds[n_block], p.causal, causal_off);
-        // The tile that crosses Sk needs the element mask for its missing columns.
+        // A key block shorter than block_n (at Sk, or ending at a document) needs the element mask
+        // for the columns past it that its tile loads.
         const bool partial = kind == TileKind::kPartial ||
                              (kind == TileKind::kUnmasked && col_end - col_begin < block_n);
         take = kind != TileKind::kMasked && partial == (pass == 0);
@@ -137,8 +141,8 @@ __global__ void __launch_bounds__(kScanThreads) partial_offsets_kernel(const int
 
 }  // namespace
 
-size_t partial_offsets_bytes(const FwdParams& p, int32_t block_m) {
-  return align_up(sizeof(int32_t) * ((size_t)MaskSlices::of(p).count() * (size_t)ceil_div(p.seqlen_q, block_m) + 1));
+size_t partial_offsets_bytes(const FwdParams& p, int32_t num_m_blocks) {
+  return align_up(sizeof(int32_t) * ((size_t)MaskSlices::of(p).count() * (size_t)num_m_blocks + 1));
 }
 
 void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int32_t* offsets,
@@ -150,15 +154,23 @@ void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int3
 }
 
 namespace {
-size_t list_entries_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) {
-  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
-                  (size_t)ceil_div(p.seqlen_q, block_m) * (size_t)ceil_div(p.seqlen_k, block_n));
+int32_t num_n_blocks_of(const FwdParams& p, int32_t block_n, bool documents) {
+  return documents ? document_key_block_slots(p, block_n) : (int32_t)ceil_div(p.seqlen_k, block_n);
 }
-size_t list_counts_bytes(const FwdParams& p, int32_t block_m) {
+size_t list_entries_bytes(const FwdParams& p, int32_t block_m, int32_t block_n, bool documents) {
+  return align_up(sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
+                  (size_t)fwd_num_m_blocks(p, block_m, documents) * (size_t)num_n_blocks_of(p, block_n, documents));
+}
+size_t list_counts_bytes(const FwdParams& p, int32_t block_m, bool documents) {
   return align_up(2 * sizeof(int32_t) * (size_t)MaskSlices::of(p).count() *
-                  (size_t)ceil_div(p.seqlen_q, block_m));
+                  (size_t)fwd_num_m_blocks(p, block_m, documents));
 }
 }  // namespace
+
+int32_t fwd_num_m_blocks(const FwdParams& p, int32_t block_m, bool documents) {
+  // Document blocks are cut from the keys' documents: square masks only (key_blocks.cuh).
+  return documents ? document_key_block_slots(p, block_m) : (int32_t)ceil_div(p.seqlen_q, block_m);
+}
 
 size_t block_bounds_bytes(const FwdParams& p, int32_t block_n) {
   return align_up(sizeof(BlockBounds) * (size_t)MaskSlices::of(p).count() *
@@ -170,9 +182,9 @@ size_t column_bounds_bytes(const FwdParams& p) {
   return align_up(sizeof(ColumnBounds) * (size_t)MaskSlices::of(p).count() * (size_t)p.seqlen_k);
 }
 
-size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n) {
-  return block_bounds_bytes(p, block_n) + list_entries_bytes(p, block_m, block_n) +
-         list_counts_bytes(p, block_m) + column_bounds_bytes(p);
+size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n, bool documents) {
+  return block_bounds_bytes(p, block_n) + list_entries_bytes(p, block_m, block_n, documents) +
+         list_counts_bytes(p, block_m, documents) + column_bounds_bytes(p);
 }
 
 void launch_block_bounds(const FwdParams& p, int32_t block_n, BlockBounds* bounds,
@@ -196,37 +208,45 @@ void launch_range_bounds(const FwdParams& p, const int2* ranges, int32_t slots, 
   FM_CHECK_LAUNCH("block_bounds_kernel (ranges)");
 }
 
-FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base) {
+FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base,
+                                    const FwdDocumentBlocks* documents) {
+  const bool docs = documents != nullptr;
   FwdBlockLists lists;
-  lists.num_m_blocks = (int32_t)ceil_div(p.seqlen_q, block_m);
-  lists.num_n_blocks = (int32_t)ceil_div(p.seqlen_k, block_n);
+  lists.num_m_blocks = fwd_num_m_blocks(p, block_m, docs);
+  lists.num_n_blocks = num_n_blocks_of(p, block_n, docs);
+  if (docs) {
+    lists.row_ranges = documents->rows.ranges;
+    lists.col_ranges = documents->cols.ranges;
+  }
   const char* at = static_cast<const char*>(base) + block_bounds_bytes(p, block_n);
   lists.entries = reinterpret_cast<const int32_t*>(at);
-  at += list_entries_bytes(p, block_m, block_n);
+  at += list_entries_bytes(p, block_m, block_n, docs);
   lists.counts = reinterpret_cast<const int32_t*>(at);
-  at += list_counts_bytes(p, block_m);
+  at += list_counts_bytes(p, block_m, docs);
   if (p.mask_form.has_indices()) lists.columns = reinterpret_cast<const ColumnBounds*>(at);
   return lists;
 }
 
-FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
-                                    void* base, cudaStream_t stream) {
+FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, void* base,
+                                    cudaStream_t stream, const FwdDocumentBlocks* documents) {
   // block_kept is asked once per tile: a tile must lie inside one block_mask block.
   if (p.block_mask != nullptr && (kBlockMaskSize % block_m != 0 || kBlockMaskSize % block_n != 0))
     throw std::runtime_error("flashmask build_fwd_block_lists: block_mask needs tiles dividing " +
                              std::to_string(kBlockMaskSize) + ", got " + std::to_string(block_m) + "x" +
                              std::to_string(block_n));
-  const FwdBlockLists lists = carve_fwd_block_lists(p, block_m, block_n, base);
+  const FwdBlockLists lists = carve_fwd_block_lists(p, block_m, block_n, base, documents);
   if (lists.num_m_blocks == 0) return lists;
   // The lists live in `base`, which the caller gave as writable memory.
   auto* bounds = static_cast<BlockBounds*>(base);
   auto* entries = const_cast<int32_t*>(lists.entries);
   auto* counts = const_cast<int32_t*>(lists.counts);
+  // The fixed blocks' bounds come with the columns' normalised bounds; document blocks have their own.
   launch_block_bounds(p, block_n, bounds, stream, const_cast<ColumnBounds*>(lists.columns));
-  const dim3 grid((unsigned)ceil_div(lists.num_m_blocks, kWarpsPerCta),
-                  (unsigned)MaskSlices::of(p).count());
-  fwd_block_lists_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(
-      p, block_m, block_n, lists.num_m_blocks, lists.num_n_blocks, bounds, entries, counts);
+  const BlockBounds* list_bounds = documents != nullptr ? documents->cols.bounds : bounds;
+  const MaskSlices slices = MaskSlices::of(p);
+  const dim3 grid((unsigned)ceil_div(lists.num_m_blocks, kWarpsPerCta), (unsigned)slices.count());
+  fwd_block_lists_kernel<<<grid, 32 * kWarpsPerCta, 0, stream>>>(p, slices, block_m, block_n, lists, list_bounds,
+                                                                  entries, counts);
   FM_CHECK_LAUNCH("fwd_block_lists_kernel");
   return lists;
 }

@@ -23,6 +23,7 @@
 
 #include "flashmask/block.h"
 #include "flashmask/params.h"
+#include "key_blocks.cuh"
 
 namespace flashmask {
 
@@ -63,12 +64,38 @@ FM_HOST_DEVICE bool entry_is_partial(int32_t entry) { return (entry & 1) != 0; }
 // Where the forward kernel finds its lists and the normalised column bounds (nullptr without
 // indices; columns[slice * Sk + col]): entries[list * num_n_blocks + i] for
 // i < counts[2 * list], the first counts[2 * list + 1] of them partial, where
-// list = slice * num_m_blocks + m_block.
+// list = slice * num_m_blocks + m_block. Query block m_block and key block n_block are fixed
+// blocks of block_m rows and block_n keys, or with document blocks (FwdDocumentBlocks) the ranges
+// of slot m_block / n_block of the batch row (an empty range: no such block in that row).
 struct FwdBlockLists {
   const int32_t* entries = nullptr;
   const int32_t* counts = nullptr;  // (visible, partial) per list
   const ColumnBounds* columns = nullptr;
   int32_t num_m_blocks = 0, num_n_blocks = 0;
+  const int2* row_ranges = nullptr;  // [batch][num_m_blocks] [first, end) positions, or nullptr
+  const int2* col_ranges = nullptr;  // [batch][num_n_blocks] [first, end) keys, or nullptr
+
+  // [first, end) of the positions of query block m_block of batch row b.
+  FM_HOST_DEVICE int2 rows_of(int32_t b, int32_t m_block, int32_t block_m, int32_t seqlen_q) const {
+    if (row_ranges != nullptr) return row_ranges[(int64_t)b * num_m_blocks + m_block];
+    const int32_t first = m_block * block_m;
+    return make_int2(first, first + block_m < seqlen_q ? first + block_m : seqlen_q);
+  }
+  // [first, end) of the keys of key block n_block of batch row b.
+  FM_HOST_DEVICE int2 cols_of(int32_t b, int32_t n_block, int32_t block_n, int32_t seqlen_k) const {
+    if (col_ranges != nullptr) return col_ranges[(int64_t)b * num_n_blocks + n_block];
+    const int32_t first = n_block * block_n;
+    return make_int2(first, first + block_n < seqlen_k ? first + block_n : seqlen_k);
+  }
+};
+
+// Document-aligned query and key blocks of a forward's lists (key_blocks.cuh): both restart at the
+// documents of square masks, so that no tile straddles two documents' diagonals. Restarting the
+// query blocks alone loses where the diagonal then cuts fixed key blocks in two
+// (benchmarks/tile_efficiency.py).
+struct FwdDocumentBlocks {
+  KeyBlocks rows;  // query blocks: ranges of positions, built at the lists' block_m (bounds unused)
+  KeyBlocks cols;  // key blocks: ranges of keys at block_n and their bounds
 };
 
 // Bytes of the BlockBounds of every (slice, key block); a multiple of 256.
@@ -87,16 +114,22 @@ size_t column_bounds_bytes(const FwdParams& p);  // 0 without startend_row_indic
 void launch_range_bounds(const FwdParams& p, const int2* ranges, int32_t slots, BlockBounds* bounds,
                          cudaStream_t stream);
 
+// Query blocks per batch row: fixed blocks of block_m rows, or the document blocks' slots.
+int32_t fwd_num_m_blocks(const FwdParams& p, int32_t block_m, bool documents = false);
+
 // Workspace of the forward preprocessing: bounds, list entries, counts, normalised column bounds.
-size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n);
+size_t fwd_block_lists_workspace_bytes(const FwdParams& p, int32_t block_m, int32_t block_n,
+                                       bool documents = false);
 
 // Where the lists lie in `base` (fwd_block_lists_workspace_bytes bytes, the bounds first); no launch.
-FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base);
+FwdBlockLists carve_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, const void* base,
+                                    const FwdDocumentBlocks* documents = nullptr);
 
 // Launches both preprocessing kernels on `stream`, writing the lists carved from `base`; they are
-// ready for kernels launched after it on the same stream.
-FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n,
-                                    void* base, cudaStream_t stream);
+// ready for kernels launched after it on the same stream. With `documents` (built before, on the
+// same stream) the lists run over its ranges.
+FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t block_n, void* base,
+                                    cudaStream_t stream, const FwdDocumentBlocks* documents = nullptr);
 
 // Numbers the partial tiles of all lists consecutively, up to `slots`: offsets[list] = the partial
 // tiles of the lists before it (exclusive prefix sum of the lists' partial counts), capped at
@@ -105,8 +138,8 @@ FwdBlockLists build_fwd_block_lists(const FwdParams& p, int32_t block_m, int32_t
 // offset wraps, however many partial tiles a mask has). With `slot_lists`, slot_lists[n] = the list
 // of partial tile n for n < min(total, slots), so that per-tile work can be spread over tiles, not
 // lists. One CTA, after build_fwd_block_lists on the same stream; offsets holds
-// partial_offsets_bytes(p, block_m).
-size_t partial_offsets_bytes(const FwdParams& p, int32_t block_m);
+// partial_offsets_bytes(p, num_m_blocks).
+size_t partial_offsets_bytes(const FwdParams& p, int32_t num_m_blocks);
 void launch_partial_offsets(const FwdBlockLists& lists, const FwdParams& p, int32_t* offsets, cudaStream_t stream,
                             int32_t* slot_lists, int32_t slots);
 

@@ -323,11 +323,36 @@ def _document_rows(rng, s, rows, block, long_share=0.7):
     return out
 
 
+DOCUMENT_SCENARIOS = ["causal_documents", "documents", "share_question", "prefix_lm_document", "heads_differ",
+                      "over_budget"]
+
+
+def _document_scenario(name, rng, s, block):
+    """(indices, causal) of packed documents for the document-aligned blocks: see
+    test_document_aligned_key_blocks."""
+    if name in ("causal_documents", "documents"):
+        return masks.pack_documents(_document_rows(rng, s, 2, block), s, causal=name == "causal_documents")
+    if name == "share_question":
+        groups = [[(int(rng.integers(block + 1, 2 * block)), [int(rng.integers(5, block)) for _ in range(2)])
+                   for _ in range(3)] for _ in range(2)]
+        return masks.pack_share_question(groups, s)
+    if name == "prefix_lm_document":
+        docs = _document_rows(rng, s, 1, block)[0]
+        docs[-1] += s - sum(docs)
+        return masks.prefix_lm_document(docs, [int(rng.integers(0, d + 1)) for d in docs])
+    if name == "heads_differ":  # the second mask head splits some of the first one's documents
+        docs = _document_rows(rng, s, 2, block)
+        split = [[piece for d in row for piece in ((d // 2, d - d // 2) if d > 2 * block else (d,))] for row in docs]
+        first, causal = masks.pack_documents(docs, s)
+        return np.concatenate([first, masks.pack_documents(split, s).indices], axis=1), causal
+    assert name == "over_budget"
+    return masks.pack_documents([[block + 1] * (s // (block + 1)), [block + 1] * 3], s)
+
+
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "deterministic"])
 # D = 128 and 64 by default (64: with the tiles from each key block's rows), D = 256 switched on.
 @pytest.mark.parametrize("head_dim,switch", [(64, None), (128, None), (256, "1")], ids=["D64", "D128", "D256"])
-@pytest.mark.parametrize("name", ["causal_documents", "documents", "share_question", "prefix_lm_document",
-                                  "heads_differ", "over_budget"])
+@pytest.mark.parametrize("name", DOCUMENT_SCENARIOS)
 def test_document_aligned_key_blocks(name, head_dim, switch, deterministic, monkeypatch):
     """The Hopper backward restarts its key blocks at documents at least one block long (128 keys,
     64 at D = 256): blocks that end before the next one's keys (their dK / dV rows stored without
@@ -339,27 +364,33 @@ def test_document_aligned_key_blocks(name, head_dim, switch, deterministic, monk
         monkeypatch.setenv("FLASHMASK_BWD_DOCUMENT_BLOCKS", switch)
     rng = np.random.default_rng(SEED + 23 + head_dim)
     s, block = 2011, 64 if head_dim == 256 else 128
-    heads_q, heads_k = 4, 2
-    if name in ("causal_documents", "documents"):
-        idx, causal = masks.pack_documents(_document_rows(rng, s, 2, block), s, causal=name == "causal_documents")
-    elif name == "share_question":
-        groups = [[(int(rng.integers(block + 1, 2 * block)), [int(rng.integers(5, block)) for _ in range(2)])
-                   for _ in range(3)] for _ in range(2)]
-        idx, causal = masks.pack_share_question(groups, s)
-    elif name == "prefix_lm_document":
-        docs = _document_rows(rng, s, 1, block)[0]
-        docs[-1] += s - sum(docs)
-        idx, causal = masks.prefix_lm_document(docs, [int(rng.integers(0, d + 1)) for d in docs])
-    elif name == "heads_differ":  # the second mask head splits some of the first one's documents
-        docs = _document_rows(rng, s, 2, block)
-        split = [[piece for d in row for piece in ((d // 2, d - d // 2) if d > 2 * block else (d,))] for row in docs]
-        first, causal = masks.pack_documents(docs, s)
-        idx = np.concatenate([first, masks.pack_documents(split, s).indices], axis=1)
-    else:
-        idx, causal = masks.pack_documents([[block + 1] * (s // (block + 1)), [block + 1] * 3], s)
-    check(Case(batch=idx.shape[0], seqlen_q=s, seqlen_k=s, heads_q=heads_q, heads_k=heads_k, head_dim=head_dim,
+    idx, causal = _document_scenario(name, rng, s, block)
+    check(Case(batch=idx.shape[0], seqlen_q=s, seqlen_k=s, heads_q=4, heads_k=2, head_dim=head_dim,
                dtype="bf16", causal=causal, indices=np.ascontiguousarray(idx), deterministic=deterministic,
                seed=SEED + 23 + head_dim))
+
+
+@pytest.mark.parametrize("head_dim,tiles", [(64, "default"), (64, "no_payloads"), (64, "rows128"), (64, "rows192"),
+                                            (128, "default"), (128, "no_payloads"), (128, "rows128"),
+                                            (256, "default")])
+@pytest.mark.parametrize("name", DOCUMENT_SCENARIOS)
+def test_forward_document_blocks(name, head_dim, tiles, monkeypatch):
+    """FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS=1: the Hopper forward's query tiles and key blocks restart
+    at documents at least one block long. Tiles that end before their rows do (O stored from
+    registers), key blocks shorter than their tile (the next block's columns masked), empty slots,
+    the same documents as the backward's test, GQA heads packed into the rows; at each tile height
+    the head dim has, with and without mask payloads (FLASHMASK_SM90_PAYLOAD_TILES=0: the column
+    bounds mask the partial tiles)."""
+    monkeypatch.setenv("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS", "1")
+    if tiles == "no_payloads":
+        monkeypatch.setenv("FLASHMASK_SM90_PAYLOAD_TILES", "0")
+    elif tiles.startswith("rows"):
+        monkeypatch.setenv("FLASHMASK_SM90_BLOCK_M", tiles[4:])
+    rng = np.random.default_rng(SEED + 29 + head_dim)
+    s = 2011
+    idx, causal = _document_scenario(name, rng, s, 64 if head_dim == 256 else 128)
+    check(Case(batch=idx.shape[0], seqlen_q=s, seqlen_k=s, heads_q=4, heads_k=2, head_dim=head_dim,
+               dtype="bf16", causal=causal, indices=np.ascontiguousarray(idx), seed=SEED + 29 + head_dim))
 
 
 @pytest.mark.parametrize("setting", ["anchored", "anchored_kernel_payloads", "anchored_deterministic", "fixed"])

@@ -75,7 +75,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     const FwdTile& tile = work.tile;
     const int32_t num_entries = work.num_entries, num_partial = work.num_partial;
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
-    const int32_t row0 = tile_first_position(tile.m_block, Traits::kBlockM, kp.pack_shift);
+    const int32_t row0 = tile.row0;
     clear(acc_o);
     OnlineSoftmax<kRows, Traits::kSoftmaxChains> softmax(kp.scale_log2);
 
@@ -98,11 +98,13 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
             apply_payload_mask<Traits>(
                 acc_s, smem.payload.data() + stage * Traits::kPayloadWords * Traits::kConsumerThreads, tidx);
           } else {
-            // Columns >= Sk are masked too (their K rows were zero-filled by TMA); the bounds of
-            // this tile's key columns were staged with its K tile.
+            // Columns past the key block are masked too (past Sk their K rows were zero-filled by
+            // TMA; past a document block they are the next block's); the bounds of this tile's key
+            // columns were staged with its K tile.
             const ColumnBounds* columns = has_columns ? smem.columns.data() + stage * Traits::kBlockN : nullptr;
+            const int2 cols = kp.lists.cols_of(tile.b, n_block, Traits::kBlockN, p.seqlen_k);
             mask_partial_tile</*kSelect*/ false>(
-                rowcol_view(acc_s), rowcol_view(tScS), n_block * Traits::kBlockN, p.seqlen_k, p.causal,
+                rowcol_view(acc_s), rowcol_view(tScS), cols.x, cols.y, p.causal,
                 causal_off, [row0, shift = kp.pack_shift](int32_t tile_row) { return row0 + (tile_row >> shift); },
                 [&](int32_t tile_col, bool in_range) {
                   ColumnBounds b{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals
@@ -174,7 +176,9 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
 
     float lse[kRows];
     softmax.finish(rowcol_view(acc_o), p.softmax_scale, lse);
-    store_output<Traits>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.m_block, tile.head, tile.b, tidx);
+    // Dropout runs on fixed blocks only (fwd_document_blocks): no tile of it ends early.
+    store_output<Traits, /*kMayEndEarly*/ !kDropout>(kp, acc_o, mma_pv, sQ, q_stage, lse, tile.row0, tile.row_end,
+                                                      tile.head, tile.b, tidx);
     if constexpr (Traits::kPersistent) {
       if (!issues_o_store<Traits>(tidx)) pipeline_q.consumer_release(read_q);
       stored_q = read_q;

@@ -47,13 +47,14 @@ __device__ __forceinline__ bool issues_o_store(int tidx) {
   return Traits::kOStoreThreads == Traits::kConsumerThreads ? tidx == 0 : tidx % Traits::kOStoreThreads == 0;
 }
 
-// sQ: the Q ring (kBlockM, kHeadDim, kQStages); q_stage: this tile's stage; head: the tile's
-// query head, or its GQA group where heads are packed (FwdKernelParams::pack_shift).
-template <class Traits, class TO, class TiledMma, class SmemQ, int kRows>
+// sQ: the Q ring (kBlockM, kHeadDim, kQStages); q_stage: this tile's stage; [pos0, pos_end): the
+// tile's positions (FwdTile); head: the tile's query head, or its GQA group where heads are packed
+// (FwdKernelParams::pack_shift). kMayEndEarly: whether a tile may end before its rows do.
+template <class Traits, bool kMayEndEarly, class TO, class TiledMma, class SmemQ, int kRows>
 __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, TO const& acc_o,
                                              TiledMma const& mma_pv, SmemQ const& sQ, int q_stage,
-                                             const float (&lse)[kRows], int32_t m_block, int32_t head,
-                                             int32_t b, int tidx) {
+                                             const float (&lse)[kRows], int32_t pos0, int32_t pos_end,
+                                             int32_t head, int32_t b, int tidx) {
   using namespace cute;
   using Element = typename Traits::Element;
   const FwdParams& p = kp.p;
@@ -61,29 +62,48 @@ __device__ __forceinline__ void store_output(const FwdKernelParams<Traits>& kp, 
       make_identity_tensor(select<0, 1>(typename Traits::TileShapePV{})));
   Tensor c = rowcol_view(cO);
   Tensor o16 = convert_fragment<Element>(acc_o);
-  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, mma_pv);
-  auto thr_r2s = r2s.get_thread_slice(tidx);
-  cute::copy(r2s, thr_r2s.retile_S(o16), thr_r2s.partition_D(sQ(_, _, q_stage)));
-  cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
-  const int store = o_store_of<Traits>(tidx);
-  cutlass::arch::NamedBarrier::sync(Traits::kOStoreThreads, kBarrierOStored + store);
-  const int32_t pos0 = tile_first_position(m_block, Traits::kBlockM, kp.pack_shift);
-  if (issues_o_store<Traits>(tidx)) {
-    const int first_row = store * Traits::kOStoreRows;
-    const Element* rows = raw_pointer_cast(sQ.data()) + q_stage * cosize_v<typename Traits::SmemLayoutQ> +
-                          first_row * kRowTileChunk;
-    store_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.out_rows, rows, pos0 + (first_row >> kp.pack_shift),
-                                                      head, b);
-    cute::tma_store_arrive();
-  }
   // Row r of the tile: position pos0 + r / pack of query head head * pack + r % pack.
   const int32_t pack_mask = (1 << kp.pack_shift) - 1;
+  // A tile that ends before its rows do (a document block, FwdBlockLists::rows_of) stores from
+  // registers, row by row: a row-tile TMA store would also write the next tile's positions. The
+  // choice is the whole CTA's (one tile), so the named barrier below is met by all or none.
+  const bool clipped = kMayEndEarly && pos_end < min(pos0 + (Traits::kBlockM >> kp.pack_shift), p.seqlen_q);
+  if (!clipped) {
+    auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, mma_pv);
+    auto thr_r2s = r2s.get_thread_slice(tidx);
+    cute::copy(r2s, thr_r2s.retile_S(o16), thr_r2s.partition_D(sQ(_, _, q_stage)));
+    cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy)
+    const int store = o_store_of<Traits>(tidx);
+    cutlass::arch::NamedBarrier::sync(Traits::kOStoreThreads, kBarrierOStored + store);
+    if (issues_o_store<Traits>(tidx)) {
+      const int first_row = store * Traits::kOStoreRows;
+      const Element* rows = raw_pointer_cast(sQ.data()) + q_stage * cosize_v<typename Traits::SmemLayoutQ> +
+                            first_row * kRowTileChunk;
+      store_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.out_rows, rows, pos0 + (first_row >> kp.pack_shift),
+                                                        head, b);
+      cute::tma_store_arrive();
+    }
+  } else {
+    Tensor o = rowcol_view(o16);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size<0>(o); ++i) {
+      const int32_t r = get<0>(c(i, 0));
+      const int32_t pos = pos0 + (r >> kp.pack_shift), head_q = (head << kp.pack_shift) + (r & pack_mask);
+      if (pos >= pos_end) continue;
+      Element* row = p.out.at<Element>(b, pos, head_q);
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(o); ++j) {
+        const int32_t col = get<1>(c(i, j));
+        if (col < p.head_dim_v) row[col] = o(i, j);
+      }
+    }
+  }
   const int64_t heads_q = (int64_t)p.heads_q << kp.pack_shift;  // the caller's heads (p: packed_view)
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < kRows; ++i) {
     const int32_t r = get<0>(c(i, 0));
     const int32_t pos = pos0 + (r >> kp.pack_shift), head_q = (head << kp.pack_shift) + (r & pack_mask);
-    if (pos < p.seqlen_q && tidx % 4 == 0) p.lse[(b * heads_q + head_q) * p.seqlen_q + pos] = lse[i];
+    if (pos < pos_end && tidx % 4 == 0) p.lse[(b * heads_q + head_q) * p.seqlen_q + pos] = lse[i];
   }
   if constexpr (!Traits::kPersistent) {
     if (issues_o_store<Traits>(tidx)) cute::tma_store_wait<0>();  // shared memory must outlive the store's read

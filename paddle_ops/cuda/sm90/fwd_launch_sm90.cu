@@ -115,6 +115,14 @@ int sm90::fwd_pack_shift(const FwdParams& p, int block_m) {
   return shift;
 }
 
+bool sm90::fwd_document_blocks(const FwdParams& p) {
+  // Document ranges are found on square masks (key_blocks.cuh); a block mask's blocks and dropout's
+  // random bits sit at multiples of the fixed blocks.
+  if (!p.mask_form.has_indices() || p.seqlen_q != p.seqlen_k || p.block_mask != nullptr || p.dropout_p > 0.f)
+    return false;
+  return env_switch("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS") == EnvSwitch::kOn;
+}
+
 bool fwd_sm90_selected(const FwdParams& p) {
   // Wherever it runs, unless FLASHMASK_FORCE_PATH=sm80 (tests/gpu compares both paths with an fp64
   // reference on every shape).
@@ -135,15 +143,17 @@ int sm90::payload_tiles_per_list() { return env_int("FLASHMASK_SM90_PAYLOAD_TILE
 namespace {
 
 // Mask payload slots of a call, pooled over its query-block lists.
-int32_t payload_capacity(const FwdParams& p, int list_rows) {
-  const int64_t lists = (int64_t)MaskSlices::of(p).count() * ceil_div(p.seqlen_q, list_rows);
+int32_t payload_capacity(const FwdParams& p, int32_t num_m_blocks) {
+  const int64_t lists = (int64_t)MaskSlices::of(p).count() * num_m_blocks;
   return (int32_t)std::min<int64_t>(lists * sm90::payload_tiles_per_list(), INT32_MAX / 2);
 }
 
 // The tiles of a call: the kernel's block_m x block_n, the GQA packing (sm90::fwd_pack_shift) and,
-// from it, the problem the tiles see and the positions a query block's list covers.
+// from it, the problem the tiles see and the positions a query block's list covers; whether the
+// blocks follow the documents (sm90::fwd_document_blocks).
 struct Sm90FwdTiling {
   int block_m, block_n, pack_shift, list_rows;
+  bool documents;
   FwdParams tiles;
 
   Sm90FwdTiling(const FwdParams& p, int block_m_)
@@ -151,13 +161,18 @@ struct Sm90FwdTiling {
         block_n(sm90::fwd_block_n(block_m_, sm90::kernel_head_dim(p))),
         pack_shift(sm90::fwd_pack_shift(p, block_m_)),
         list_rows(block_m_ >> pack_shift),
+        documents(sm90::fwd_document_blocks(p)),
         tiles(sm90::packed_view(p, pack_shift)) {}
 };
 
-// The sm90 forward's mask plan: the block lists (bounds, entries, counts, column bounds), then the
-// partial tiles' numbering and each payload slot's list, their mask payloads, the tile order.
+// The sm90 forward's mask plan: the block lists (bounds, entries, counts, column bounds), the
+// document blocks where the lists run over them, then the partial tiles' numbering and each payload
+// slot's list, their mask payloads, the tile order.
 struct Sm90FwdPlan {
   FwdBlockLists lists;
+  FwdDocumentBlocks documents;
+  void* row_blocks = nullptr;  // where documents.rows and .cols are built
+  void* col_blocks = nullptr;
   sm90::FwdMaskPayload payload;
   int32_t* order = nullptr;
   size_t bytes = 0;
@@ -166,21 +181,30 @@ struct Sm90FwdPlan {
   Sm90FwdPlan(const Sm90FwdTiling& t, const void* base) {
     const FwdParams& p = t.tiles;
     const int block_m = t.list_rows, block_n = t.block_n;
-    if (base != nullptr) lists = carve_fwd_block_lists(p, block_m, block_n, base);
-    payload.capacity = payload_capacity(p, block_m);
     // Addresses as integers: with base = nullptr only the size is wanted.
     const uintptr_t origin = reinterpret_cast<uintptr_t>(base);
-    size_t at = fwd_block_lists_workspace_bytes(p, block_m, block_n);
+    size_t at = fwd_block_lists_workspace_bytes(p, block_m, block_n, t.documents);
     auto take = [&](size_t region) {
       const uintptr_t where = origin + at;
       at += align_up(region);
       return reinterpret_cast<char*>(where);
     };
-    payload.partial_offsets = reinterpret_cast<int32_t*>(take(partial_offsets_bytes(p, block_m)));
+    if (t.documents) {
+      row_blocks = take(document_key_blocks_bytes(p, block_m));
+      col_blocks = take(document_key_blocks_bytes(p, block_n));
+      if (base != nullptr) {
+        documents.rows = carve_document_key_blocks(p, block_m, row_blocks);
+        documents.cols = carve_document_key_blocks(p, block_n, col_blocks);
+      }
+    }
+    if (base != nullptr) lists = carve_fwd_block_lists(p, block_m, block_n, base, t.documents ? &documents : nullptr);
+    const int32_t num_m_blocks = fwd_num_m_blocks(p, block_m, t.documents);
+    payload.capacity = payload_capacity(p, num_m_blocks);
+    payload.partial_offsets = reinterpret_cast<int32_t*>(take(partial_offsets_bytes(p, num_m_blocks)));
     payload.slot_lists = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (size_t)payload.capacity));
     payload.words = reinterpret_cast<uint32_t*>(
         take((size_t)payload.capacity * sm90::fwd_payload_bytes(t.block_m, block_n)));
-    order = reinterpret_cast<int32_t*>(take(sm90::fwd_tile_order_bytes(p, block_m)));
+    order = reinterpret_cast<int32_t*>(take(sm90::fwd_tile_order_bytes(p, num_m_blocks)));
     bytes = at;
   }
 };
@@ -191,14 +215,20 @@ MaskPlanSize fwd_sm90_plan_size(const FwdParams& p, int block_m) {
   const Sm90FwdTiling t(p, block_m);
   const Sm90FwdPlan layout(t, nullptr);
   return {layout.bytes, mask_plan_key(p, PlanDirection::kForward,
-                                      {90, block_m, t.block_n, t.pack_shift, layout.payload.capacity})};
+                                      {90, block_m, t.block_n, t.pack_shift, layout.payload.capacity, t.documents})};
 }
 
 void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream_t stream) {
   const Sm90FwdTiling t(p, block_m);
-  const FwdBlockLists lists = build_fwd_block_lists(t.tiles, t.list_rows, t.block_n, base, stream);
-  if (lists.num_m_blocks == 0) return;
   const Sm90FwdPlan plan(t, base);
+  FwdDocumentBlocks documents;
+  if (t.documents) {
+    documents.rows = build_document_key_blocks(t.tiles, t.list_rows, plan.row_blocks, stream);
+    documents.cols = build_document_key_blocks(t.tiles, t.block_n, plan.col_blocks, stream);
+  }
+  const FwdBlockLists lists =
+      build_fwd_block_lists(t.tiles, t.list_rows, t.block_n, base, stream, t.documents ? &documents : nullptr);
+  if (lists.num_m_blocks == 0) return;
   launch_partial_offsets(lists, t.tiles, const_cast<int32_t*>(plan.payload.partial_offsets), stream,
                          const_cast<int32_t*>(plan.payload.slot_lists), plan.payload.capacity);
   // Longest lists first where that shortens the tail (fwd_sorts_tiles, fwd_tile_order.cuh).

@@ -33,8 +33,8 @@ namespace sm90 {
 // (H200): the query blocks that straddle two documents have every key block of both partial.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads)
-    mask_payload_kernel(FwdParams p, FwdBlockLists lists, FwdMaskPayload payload, int64_t num_lists,
-                        int32_t pack_shift) {
+    mask_payload_kernel(FwdParams p, MaskSlices slices, FwdBlockLists lists, FwdMaskPayload payload,
+                        int64_t num_lists, int32_t pack_shift) {
   using namespace cute;
   __shared__ ColumnBounds tile_columns[Traits::kBlockN];
   const int32_t num_slots = min(payload.partial_offsets[num_lists], payload.capacity);
@@ -47,13 +47,16 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
     const int64_t list = payload.slot_lists[slot];
     const int32_t i = slot - payload.partial_offsets[list];  // the list's i-th partial entry
     const int32_t slice = (int32_t)(list / lists.num_m_blocks), m_block = (int32_t)(list % lists.num_m_blocks);
-    const int32_t col0 = entry_n_block(lists.entries[list * lists.num_n_blocks + i]) * Traits::kBlockN;
-    const int32_t row0 = tile_first_position(m_block, Traits::kBlockM, pack_shift);
+    const int32_t b = slices.batch_of(slice);
+    const int2 cols = lists.cols_of(b, entry_n_block(lists.entries[list * lists.num_n_blocks + i]), Traits::kBlockN,
+                                    p.seqlen_k);
+    const int32_t col0 = cols.x, col_end = cols.y;  // columns past the block are masked
+    const int32_t row0 = lists.rows_of(b, m_block, Traits::kBlockM >> pack_shift, p.seqlen_q).x;
     __syncthreads();  // the previous tile's reads of tile_columns are done
     for (int c = tidx; c < Traits::kBlockN; c += Traits::kConsumerThreads) {
-      ColumnBounds b{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals
-      if (lists.columns != nullptr && col0 + c < p.seqlen_k) b = lists.columns[(int64_t)slice * p.seqlen_k + col0 + c];
-      tile_columns[c] = b;
+      ColumnBounds bounds{INT32_MAX, INT32_MAX, 0, 0};  // empty intervals
+      if (lists.columns != nullptr && col0 + c < col_end) bounds = lists.columns[(int64_t)slice * p.seqlen_k + col0 + c];
+      tile_columns[c] = bounds;
     }
     __syncthreads();
     uint32_t* out = payload.words + (int64_t)slot * Traits::kPayloadWords * Traits::kConsumerThreads;
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
       for (int v = 0; v < 32 && 32 * w + v < size(coords); ++v) {
         const int32_t r = get<0>(coords(32 * w + v)), c = get<1>(coords(32 * w + v));
         const int32_t row = row0 + (r >> pack_shift), col = col0 + c;
-        if (col >= p.seqlen_k || is_masked(row, col, tile_columns[c], p.causal, causal_off)) bits |= 1u << v;
+        if (col >= col_end || is_masked(row, col, tile_columns[c], p.causal, causal_off)) bits |= 1u << v;
       }
       out[w * Traits::kConsumerThreads + tidx] = bits;
     }
@@ -79,8 +82,8 @@ void launch_mask_payload(const FwdParams& p, const FwdBlockLists& lists, const F
   // Enough CTAs to fill the GPU (eight per SM on 132 SMs); more would mostly find no slot.
   constexpr int32_t kMaxCtas = 1056;
   const unsigned grid = (unsigned)std::min<int32_t>(payload.capacity, kMaxCtas);
-  mask_payload_kernel<Traits><<<grid, Traits::kConsumerThreads, 0, stream>>>(p, lists, payload, num_lists,
-                                                                                  pack_shift);
+  mask_payload_kernel<Traits><<<grid, Traits::kConsumerThreads, 0, stream>>>(p, MaskSlices::of(p), lists, payload,
+                                                                                  num_lists, pack_shift);
   FM_CHECK_LAUNCH("sm90::mask_payload_kernel");
 }
 

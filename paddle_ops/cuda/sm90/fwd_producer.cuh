@@ -48,14 +48,28 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(gV));
+    // K or V of key block n_block into stage write.index(): fixed blocks by their index, document
+    // blocks (FwdBlockLists::col_ranges) from their first key: block 0's coordinates moved by it
+    // along the key's basis in the TMA's coordinates (the key mode's stride in `m`: the TMA orders
+    // its coordinates by the shared layout, head dim first, so the key is not basis 0).
+    auto load_kv = [&](auto const& tma, auto const& m, auto const& tg, auto const& ts, auto& pipeline,
+                       auto const& write, int32_t n_block) {
+      auto* barrier = pipeline.producer_get_barrier(write);
+      if (kp.lists.col_ranges == nullptr) {
+        copy(tma.with(*barrier, 0), tg(_, n_block), ts(_, write.index()));
+        return;
+      }
+      const int32_t col0 = kp.lists.col_ranges[(int64_t)tile.b * kp.lists.num_n_blocks + n_block].x;
+      auto first = tg(_, 0);
+      copy(tma.with(*barrier, 0), make_tensor(first.data() + col0 * stride<0>(m), first.layout()), ts(_, write.index()));
+    };
 
     // Q first, before the list is read (every tile's consumers wait for and release their Q, also
     // on an empty list, so no load outlives the CTA).
     pipeline_q.producer_acquire(write_q);
     typename Traits::Element* q_stage = smem.q.data() + write_q.index() * cosize_v<typename Traits::SmemLayoutQ>;
     load_row_tile<Traits::kBlockM, Traits::kHeadDim>(&kp.q_rows, pipeline_q.producer_get_barrier(write_q), q_stage,
-                                                     tile_first_position(tile.m_block, Traits::kBlockM, kp.pack_shift),
-                                                     tile.head, tile.b);
+                                                     tile.row0, tile.head, tile.b);
     ++write_q;
 
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
@@ -81,19 +95,18 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
                         kp.payload.words + (int64_t)(first_slot + i) * Traits::kPayloadWords * Traits::kConsumerThreads,
                         Traits::kPayloadBytes, pipeline_k.producer_get_barrier(write_k));
         } else if (columns != nullptr && entry_is_partial(entry)) {
-          const int32_t col0 = n_block * Traits::kBlockN;
-          const uint32_t bytes = (uint32_t)min(Traits::kBlockN, p.seqlen_k - col0) * sizeof(ColumnBounds);
+          const int2 cols = kp.lists.cols_of(tile.b, n_block, Traits::kBlockN, p.seqlen_k);
+          const uint32_t bytes = (uint32_t)(cols.y - cols.x) * sizeof(ColumnBounds);
           pipeline_k.producer_expect_transaction(write_k, bytes);
-          bulk_copy_g2s(smem.columns.data() + write_k.index() * Traits::kBlockN, columns + col0, bytes,
+          bulk_copy_g2s(smem.columns.data() + write_k.index() * Traits::kBlockN, columns + cols.x, bytes,
                         pipeline_k.producer_get_barrier(write_k));
         }
-        copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(write_k), 0), tKgK(_, n_block),
-             tKsK(_, write_k.index()));
+        load_kv(kp.tma_k, mK, tKgK, tKsK, pipeline_k, write_k, n_block);
         ++write_k;
       }
       if (i > 0) {
         pipeline_v.producer_acquire(write_v);
-        copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(write_v), 0), tVgV(_, v_block), tVsV(_, write_v.index()));
+        load_kv(kp.tma_v, mV, tVgV, tVsV, pipeline_v, write_v, v_block);
         ++write_v;
       }
       v_block = n_block;

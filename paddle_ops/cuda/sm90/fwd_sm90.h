@@ -57,11 +57,10 @@ FwdShape fwd_shape(const FwdParams& p);
 // turns it off (read per call).
 int fwd_pack_shift(const FwdParams& p, int block_m);
 
-// First position of query block m_block of block_m-row tiles; tile row r holds position
-// first + (r >> pack_shift), of head (tile head << pack_shift) + r % 2^pack_shift.
-FM_HOST_DEVICE int32_t tile_first_position(int32_t m_block, int block_m, int pack_shift) {
-  return m_block * (block_m >> pack_shift);
-}
+// Whether the forward's query tiles and key blocks restart at the documents of a square index mask
+// (preprocess.cuh's FwdDocumentBlocks) instead of sitting at multiples of the tile size; for
+// measuring: FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS=1 (read per call).
+bool fwd_document_blocks(const FwdParams& p);
 
 // The problem as packed tiles see it: heads_q counts the groups (= heads_k when packed).
 inline FwdParams packed_view(const FwdParams& p, int pack_shift) {

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kOrderThreads) fwd_tile_order_kernel(FwdParams
   }
 }
 
-inline size_t fwd_tile_order_bytes(const FwdParams& p, int block_m) {
-  return align_up(sizeof(int32_t) * (size_t)ceil_div(p.seqlen_q, block_m) * p.heads_q * p.batch);
+inline size_t fwd_tile_order_bytes(const FwdParams& p, int32_t num_m_blocks) {
+  return align_up(sizeof(int32_t) * (size_t)num_m_blocks * p.heads_q * p.batch);
 }
 
 inline void launch_fwd_tile_order(const FwdParams& p, const FwdBlockLists& lists, int32_t* order,

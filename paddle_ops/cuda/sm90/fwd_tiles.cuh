@@ -19,11 +19,15 @@
 namespace flashmask {
 namespace sm90 {
 
+// Tile row r holds position row0 + (r >> pack_shift), of query head (head << pack_shift) + r %
+// 2^pack_shift; rows at row_end and past it are computed but not stored (document blocks end
+// wherever their document does; fixed blocks at Sq, where the O store drops them anyway).
 struct FwdTile {
   int32_t m_block;
   int32_t head;  // query head, or GQA group where its heads share the tile (FwdKernelParams::pack_shift)
   int32_t b;
   int32_t slice;  // mask slice of (b, head)
+  int32_t row0, row_end;  // [first, end) of its positions (FwdBlockLists::rows_of)
   int64_t list;   // index of this tile's block list (preprocess.cuh)
 };
 
@@ -66,6 +70,9 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams<Traits>& kp, i
   tile.b = t / kp.p.heads_q;
   tile.slice = kp.slices.index(kp.p, tile.b, tile.head);
   tile.list = (int64_t)tile.slice * num_m + tile.m_block;
+  const int2 rows = kp.lists.rows_of(tile.b, tile.m_block, Traits::kBlockM >> kp.pack_shift, kp.p.seqlen_q);
+  tile.row0 = rows.x;
+  tile.row_end = rows.y;
   return tile;
 }
 
