@@ -54,10 +54,10 @@ VARIABLES = (
              "that share a K/V head into one tile's rows; 1: packs causal attention without indices "
              "too (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
-    Variable("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS", "0",
-             "1: the Hopper forward's query tiles and key blocks restart at the documents of square index "
-             "masks (without a block mask or dropout) instead of sitting at multiples of the tile size "
-             "(measuring).",
+    Variable("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS", "(auto: bidirectional index masks at head dims up to 128)",
+             "1: the Hopper forward's query tiles and key blocks restart at the documents of every square "
+             "index mask (without a block mask or dropout) instead of sitting at multiples of the tile "
+             "size; 0: never (tuning and tests).",
              "paddle_ops/cuda/sm90/fwd_launch_sm90.cu"),
     Variable("FLASHMASK_SM90_PERSISTENT", "(auto)",
              "0/1: persistent-grid scheduling of the Hopper forward (tuning and tests).",

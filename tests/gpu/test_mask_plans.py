@@ -240,3 +240,35 @@ def test_a_plan_of_another_problem_is_refused(seed):
     ws = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
     with pytest.raises(ValueError, match="mask plan was built for another problem"):
         _capi.check(lib, lib.fm_fwd_cuda(ctypes.byref(other), ws.data_ptr(), stream), "fm_fwd_cuda")
+
+
+def _fwd_plan_key(case: Case, rng) -> int:
+    idx = _mask_tensor(case, rng)
+    q, k, v, _ = make_inputs(case)
+    size, key = ctypes.c_size_t(0), ctypes.c_uint64(0)
+    args = _ops._args(q, k, v, None, None, idx, case.causal, 1.0, _ops.Extras())
+    lib = _capi.load_library()
+    _capi.check(lib, lib.fm_fwd_plan_size(ctypes.byref(args), ctypes.byref(size), ctypes.byref(key)), "size")
+    return key.value
+
+
+@pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="the Hopper forward's plans")
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("form", INDEX_FORMS, ids=lambda f: f"causal={f[0]}-C{f[1]}")
+def test_forward_plans_follow_documents_on_bidirectional_masks(form, head_dim, seed, monkeypatch):
+    """The Hopper forward's query tiles and key blocks restart at documents by default on square
+    bidirectional index masks at head dims 64 and 128 (sm90::fwd_document_blocks), which the plan's
+    key records: the default plan is FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS=1's there and =0's
+    elsewhere; Sq != Sk never takes them."""
+    keys = {}
+    for switch in ("", "1", "0"):
+        if switch:
+            monkeypatch.setenv("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS", switch)
+        for sq in (777, 700):
+            case = Case(batch=2, seqlen_q=sq, seqlen_k=777, heads_q=4, heads_k=2, head_dim=head_dim, causal=form[0],
+                        columns=form[1], mask_heads="hk", dtype="bfloat16", seed=seed)
+            keys[switch, sq] = _fwd_plan_key(case, np.random.default_rng(seed))
+    assert keys["1", 777] != keys["0", 777], "the plan's key records the document blocks"
+    expected = "1" if not form[0] and head_dim <= 128 else "0"
+    assert keys["", 777] == keys[expected, 777]
+    assert keys["", 700] == keys["1", 700] == keys["0", 700], "Sq != Sk: fixed blocks"

@@ -120,7 +120,15 @@ bool sm90::fwd_document_blocks(const FwdParams& p) {
   // random bits sit at multiples of the fixed blocks.
   if (!p.mask_form.has_indices() || p.seqlen_q != p.seqlen_k || p.block_mask != nullptr || p.dropout_p > 0.f)
     return false;
-  return env_switch("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS") == EnvSwitch::kOn;
+  const EnvSwitch forced = env_switch("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS");
+  if (forced != EnvSwitch::kUnset) return forced == EnvSwitch::kOn;
+  // Measured ahead on bidirectional masks (documents, prefix-LM documents; H100, 8K and 32K): D = 64
+  // +6-20%, D = 128 +1-6% (benchmarks/results/kernel_h100_fwd_document_blocks*.json). Causal ones
+  // are level or lose up to 4% (causal and short documents, share question): their diagonal tiles
+  // are partial with fixed blocks too, and key blocks ending at a document add partial tiles beside
+  // them. D = 256 is not measured.
+  const int d = kernel_head_dim(p);
+  return !p.causal && (d == 64 || d == 128);
 }
 
 bool fwd_sm90_selected(const FwdParams& p) {

@@ -58,8 +58,9 @@ FwdShape fwd_shape(const FwdParams& p);
 int fwd_pack_shift(const FwdParams& p, int block_m);
 
 // Whether the forward's query tiles and key blocks restart at the documents of a square index mask
-// (preprocess.cuh's FwdDocumentBlocks) instead of sitting at multiples of the tile size; for
-// measuring: FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS=1 (read per call).
+// (preprocess.cuh's FwdDocumentBlocks) instead of sitting at multiples of the tile size: by default
+// on bidirectional masks at kernel head dims 64 and 128; FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS=1 on
+// every square index mask, =0 never (read per call).
 bool fwd_document_blocks(const FwdParams& p);
 
 // The problem as packed tiles see it: heads_q counts the groups (= heads_k when packed).
