@@ -7,7 +7,9 @@ A tile is visited when any of its (query, key) pairs is visible, and costs its w
 kernels compute every value of a visited tile and mask the rest. (The kernels find a block's rows
 from its block bounds, which may take in a few tiles more than this exact count.) Efficiency = visible pairs /
 (visited tiles x tile area), the fraction of the tensor-core work a TFLOP/s-over-visible-pairs
-figure counts. Grids, per tile shape (query rows x keys):
+figure counts. Each grid also counts its visited tiles and, of them, the partial ones: a masked pair
+inside, or a key block shorter than the tile's keys (the kernel loads them all and masks the rest),
+which run the element mask and cost a tile start each. Grids, per tile shape (query rows x keys):
 
 - fixed: tiles at multiples of the tile size, as our forward runs them;
 - keys at long documents: key blocks restart at the starts of documents at least one key block
@@ -99,31 +101,51 @@ def slice_document_starts(indices: np.ndarray, causal: bool, seqlen_q: int) -> l
     return [np.flatnonzero(s) for s in starts.reshape(-1, starts.shape[-1])]
 
 
-def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
-               documents: list[np.ndarray] | None = None) -> float:
-    """Visible pairs / visited tile area over every [Sk, C] slice of indices [B, Hm, Sk, C];
-    documents: slice_document_starts(indices, ...) where the caller has them already."""
+def grid_starts(length: int, docs: np.ndarray, shape: tuple[int, int], grid: str) -> tuple[np.ndarray, np.ndarray]:
+    """(query block starts, key block starts) of `grid` over a square slice of `length` positions
+    whose documents start at `docs` (for "rows anchored": its key blocks and fixed query blocks)."""
+    block_m, block_n = shape
+    if grid in ("rows at long documents", "rows and keys at long documents"):
+        rows = long_document_key_starts(docs, length, block_m)
+    else:
+        rows = block_starts(length, block_m, docs if grid == "aligned" else None)
+    if grid in ("keys at long documents", "rows anchored", "rows and keys at long documents"):
+        keys = long_document_key_starts(docs, length, block_n)
+    else:
+        keys = block_starts(length, block_n, None if grid in ("fixed", "rows at long documents") else docs)
+    return rows, keys
+
+
+def tile_counts(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
+                documents: list[np.ndarray] | None = None) -> tuple[float, int, int | None]:
+    """(efficiency, visited tiles, partial tiles) over every [Sk, C] slice of indices [B, Hm, Sk, C].
+    Partial tiles are the visited ones that need the element mask: a masked pair inside, or a key
+    block shorter than the tile's keys (a kernel loads them all); None for "rows anchored", whose
+    tiles are not fixed blocks. documents: slice_document_starts(indices, ...) where the caller has
+    them already."""
     block_m, block_n = shape
     if documents is None:
         documents = slice_document_starts(indices, causal, seqlen_q)
-    work = 0
+    tiles, partial = 0, 0
     for slice_, docs in zip(indices.reshape(-1, *indices.shape[2:]), documents):
-        if grid in ("rows at long documents", "rows and keys at long documents"):
-            rows = long_document_key_starts(docs, seqlen_q, block_m)
-        else:
-            rows = block_starts(seqlen_q, block_m, docs if grid == "aligned" else None)
-        if grid in ("keys at long documents", "rows anchored", "rows and keys at long documents"):
-            keys = long_document_key_starts(docs, slice_.shape[0], block_n)
-        else:
-            keys = block_starts(slice_.shape[0], block_n, None if grid in ("fixed", "rows at long documents") else docs)
+        rows, keys = grid_starts(slice_.shape[0], docs, shape, grid)
         if grid == "rows anchored":
-            tiles = anchored_tiles(slice_, causal, seqlen_q, keys, block_m)
-        else:
-            tiles = int(masks.visited_tiles(slice_[None, None], causal, seqlen_q, row_starts=rows,
-                                            key_starts=keys).sum())
-        work += tiles * block_m * block_n
+            tiles += anchored_tiles(slice_, causal, seqlen_q, keys, block_m)
+            continue
+        one = slice_[None, None]
+        touched = masks.touched_tiles(one, causal, seqlen_q, row_starts=rows, key_starts=keys)
+        unmasked = masks.unmasked_tiles(one, causal, seqlen_q, row_starts=rows, key_starts=keys, block_n=block_n)
+        tiles += int(touched.sum())
+        partial += int((touched & ~unmasked).sum())
     visible = int(masks.count_visible(indices, causal, seqlen_q).sum())
-    return visible / work if work else 0.0
+    efficiency_ = visible / (tiles * block_m * block_n) if tiles else 0.0
+    return efficiency_, tiles, None if grid == "rows anchored" else partial
+
+
+def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
+               documents: list[np.ndarray] | None = None) -> float:
+    """Visible pairs / visited tile area over every [Sk, C] slice of indices [B, Hm, Sk, C]."""
+    return tile_counts(indices, causal, seqlen_q, shape, grid, documents)[0]
 
 
 def main(argv=None) -> int:
@@ -146,9 +168,10 @@ def main(argv=None) -> int:
             cells = []
             for shape in SHAPES:
                 for grid in GRIDS:
-                    eff = efficiency(mask.indices, mask.causal, seqlen, shape, grid, documents)
+                    eff, tiles, partial = tile_counts(mask.indices, mask.causal, seqlen, shape, grid, documents)
                     rows.append({"mask": name, "seqlen": seqlen, "batch": batch, "block_m": shape[0],
-                                 "block_n": shape[1], "grid": grid, "efficiency": round(eff, 4)})
+                                 "block_n": shape[1], "grid": grid, "efficiency": round(eff, 4),
+                                 "tiles": tiles, "partial_tiles": partial})
                     cells.append(f"{eff:>{width}.3f}")
             print(f"{name:<20}{seqlen:>7}  " + "  ".join(cells), flush=True)
     meta = provenance.record("tile_efficiency.py " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -82,7 +82,7 @@ def _random_starts(rng, length):
 
 @FAST
 @given(st.integers(0, 2 ** 32 - 1), st.integers(1, 40), st.integers(1, 40), forms)
-def test_touched_and_visited_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk, form):
+def test_touched_visited_and_unmasked_tiles_at_any_block_starts_match_the_dense_picture(seed, sq, sk, form):
     causal, c = form
     rng = np.random.default_rng(seed)
     arr = random_indices(rng, 2, 2, sq, sk, causal, c)
@@ -96,6 +96,18 @@ def test_touched_and_visited_tiles_at_any_block_starts_match_the_dense_picture(s
     np.testing.assert_array_equal(masks.touched_tiles(arr, causal, sq, row_starts=rows, key_starts=keys), expect)
     np.testing.assert_array_equal(masks.visited_tiles(arr, causal, sq, row_starts=rows, key_starts=keys),
                                   expect.sum(axis=(2, 3)))
+    # unmasked: every pair of the tile visible, and with block_n, its key block that long
+    block_n = int(rng.integers(1, 8))
+    full = np.zeros_like(expect)
+    for i in range(len(rows)):
+        for j in range(len(keys)):
+            r1 = rows[i + 1] if i + 1 < len(rows) else sq
+            k1 = keys[j + 1] if j + 1 < len(keys) else sk
+            full[:, :, i, j] = vis[:, :, rows[i]:r1, keys[j]:k1].all(axis=(2, 3))
+    np.testing.assert_array_equal(masks.unmasked_tiles(arr, causal, sq, row_starts=rows, key_starts=keys), full)
+    long_keys = np.diff(np.append(keys, sk)) >= block_n
+    np.testing.assert_array_equal(
+        masks.unmasked_tiles(arr, causal, sq, row_starts=rows, key_starts=keys, block_n=block_n), full & long_keys)
 
 
 @FAST
@@ -125,7 +137,7 @@ def test_document_starts_of_packed_masks():
 def test_visited_tiles_rejects_bad_block_starts():
     m = masks.causal(64)
     for rows in ([1, 8], [0, 8, 8], [0, 64], []):
-        for count in (masks.visited_tiles, masks.touched_tiles):
+        for count in (masks.visited_tiles, masks.touched_tiles, masks.unmasked_tiles):
             with pytest.raises(ValueError, match="row_starts must ascend strictly from 0 below 64"):
                 count(m, row_starts=rows, key_starts=[0])
 

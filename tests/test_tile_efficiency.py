@@ -12,9 +12,10 @@ from flashmask_paddle import masks
 tile_efficiency = load("tile_efficiency")
 
 
-def _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=False):
-    """rows: the query blocks' starts, or with `anchored` each key block's tiles from its first
-    visible row rounded down to ROW_ANCHOR."""
+def _dense_counts(mask, seqlen, shape, rows, keys, anchored=False):
+    """(efficiency, visited tiles, partial tiles) from the dense picture. rows: the query blocks'
+    starts, or with `anchored` each key block's tiles from its first visible row rounded down to
+    ROW_ANCHOR (partial: None)."""
     vis = masks.to_dense(mask)[0, 0]
     kb = np.searchsorted(keys, np.arange(seqlen), side="right") - 1
     if anchored:
@@ -23,16 +24,20 @@ def _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=False):
             first[kb[j]] = min(first.get(kb[j], seqlen), i)
         anchor = {k: r // tile_efficiency.ROW_ANCHOR * tile_efficiency.ROW_ANCHOR for k, r in first.items()}
         tiles = {(kb[j], (i - anchor[kb[j]]) // shape[0]) for i, j in zip(*np.nonzero(vis))}
+        partial = None
     else:
         rb = np.searchsorted(rows, np.arange(seqlen), side="right") - 1
         tiles = {(rb[i], kb[j]) for i, j in zip(*np.nonzero(vis))}
-    return vis.sum() / (len(tiles) * shape[0] * shape[1])
+        row_end, key_end = np.append(rows[1:], seqlen), np.append(keys[1:], seqlen)
+        partial = sum(1 for r, k in tiles if key_end[k] - keys[k] < shape[1] or
+                      not vis[rows[r]:row_end[r], keys[k]:key_end[k]].all())
+    return vis.sum() / (len(tiles) * shape[0] * shape[1]), len(tiles), partial
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("grid", tile_efficiency.GRIDS)
 @pytest.mark.parametrize("builder", ["document", "causal_document", "prefix_lm_document"])
-def test_efficiency_matches_the_dense_picture(builder, grid, seed):
+def test_counts_match_the_dense_picture(builder, grid, seed):
     rng = np.random.default_rng(seed)
     docs = [int(x) for x in rng.integers(5, 90, size=5)]
     seqlen = sum(docs)
@@ -41,18 +46,23 @@ def test_efficiency_matches_the_dense_picture(builder, grid, seed):
     starts = np.cumsum([0] + docs[:-1])
     np.testing.assert_array_equal(np.flatnonzero(masks.document_starts(mask)[0, 0]), starts)
     shape = (32, 32)
-    if grid in ("rows at long documents", "rows and keys at long documents"):
-        rows = tile_efficiency.long_document_key_starts(starts, seqlen, shape[0])
-    else:
-        rows = tile_efficiency.block_starts(seqlen, shape[0], starts if grid == "aligned" else None)
-    if grid in ("keys at long documents", "rows anchored", "rows and keys at long documents"):
-        keys = tile_efficiency.long_document_key_starts(starts, seqlen, shape[1])
-    else:
-        keys = tile_efficiency.block_starts(seqlen, shape[1], None if grid in ("fixed", "rows at long documents")
-                                            else starts)
-    got = tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid)
-    want = _dense_efficiency(mask, seqlen, shape, rows, keys, anchored=grid == "rows anchored")
-    assert got == pytest.approx(want, rel=1e-12)
+    rows, keys = tile_efficiency.grid_starts(seqlen, starts, shape, grid)
+    got = tile_efficiency.tile_counts(mask.indices, mask.causal, seqlen, shape, grid)
+    want = _dense_counts(mask, seqlen, shape, rows, keys, anchored=grid == "rows anchored")
+    assert got[0] == pytest.approx(want[0], rel=1e-12)
+    assert got[1:] == want[1:]
+    assert tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid) == got[0]
+
+
+def test_grids_restart_where_they_say():
+    starts = np.array([0, 5, 300, 330, 600])
+    rows, keys = tile_efficiency.grid_starts(700, starts, (64, 128), "rows and keys at long documents")
+    assert keys.tolist() == [0, 5, 133, 261, 330, 458, 586]
+    assert rows.tolist() == [0, 5, 69, 133, 197, 261, 325, 330, 394, 458, 522, 586, 600, 664]  # 100 >= 64 rows
+    rows, keys = tile_efficiency.grid_starts(700, starts, (64, 128), "rows at long documents")
+    assert keys.tolist() == list(range(0, 700, 128)) and rows[1] == 5
+    rows, keys = tile_efficiency.grid_starts(700, starts, (64, 128), "aligned")
+    assert set(starts) <= set(rows) and set(starts) <= set(keys)
 
 
 def test_long_document_key_starts_restart_only_at_long_documents():
@@ -78,3 +88,5 @@ def test_main_writes_every_shape_and_grid(tmp_path):
     assert {"command", "commit", "device", "date"} <= set(report["meta"])
     assert len(report["rows"]) == len(tile_efficiency.SHAPES) * len(tile_efficiency.GRIDS)
     assert all(0 < r["efficiency"] <= 1 for r in report["rows"])
+    assert all(r["partial_tiles"] is None if r["grid"] == "rows anchored" else 0 <= r["partial_tiles"] <= r["tiles"]
+               for r in report["rows"])

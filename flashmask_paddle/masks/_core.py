@@ -217,12 +217,35 @@ def touched_tiles(mask_or_indices, causal: bool | None = None, seqlen_q: int | N
     """Which tiles hold a visible pair: bool ``[B, Hm, query blocks, key blocks]`` for the blocks of
     :func:`visited_tiles`, e.g. to place each key block's query tiles from its first visible row."""
     arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
+    row_starts, key_starts = _block_starts(row_starts, key_starts, seqlen_q, arr.shape[2])
+    return _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts)
+
+
+def unmasked_tiles(mask_or_indices, causal: bool | None = None, seqlen_q: int | None = None, *,
+                   row_starts, key_starts, block_n: int | None = None) -> np.ndarray:
+    """Which tiles of :func:`touched_tiles`' blocks have every pair visible: bool ``[B, Hm, query
+    blocks, key blocks]``. With ``block_n``, a key block shorter than it is never unmasked: a kernel
+    that loads ``block_n`` keys per tile must mask the keys past the block. Visited tiles that are
+    not unmasked are the partial ones, which need the element mask."""
+    arr, causal, seqlen_q = _unpack(mask_or_indices, causal, seqlen_q)
+    row_starts, key_starts = _block_starts(row_starts, key_starts, seqlen_q, arr.shape[2])
+    row_ends = np.append(row_starts[1:], seqlen_q)
+    covered = np.zeros((*arr.shape[:3], len(row_starts)), dtype=bool)  # column sees all rows of a query block
+    for a, b in _visible_pieces(arr, causal, seqlen_q):
+        covered |= (a[..., None] <= row_starts) & (b[..., None] >= row_ends)
+    full = np.logical_and.reduceat(covered, key_starts, axis=2).transpose(0, 1, 3, 2)
+    if block_n is not None:
+        full &= np.diff(np.append(key_starts, arr.shape[2])) >= block_n
+    return full
+
+
+def _block_starts(row_starts, key_starts, seqlen_q: int, seqlen_k: int):
     row_starts, key_starts = (np.asarray(x, dtype=np.int64) for x in (row_starts, key_starts))
-    for name, starts, length in (("row_starts", row_starts, seqlen_q), ("key_starts", key_starts, arr.shape[2])):
+    for name, starts, length in (("row_starts", row_starts, seqlen_q), ("key_starts", key_starts, seqlen_k)):
         if starts.ndim != 1 or len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or \
                 starts[-1] >= max(length, 1):
             raise ValueError(f"{name} must ascend strictly from 0 below {length}, got {starts.tolist()[:8]}")
-    return _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts)
+    return row_starts, key_starts
 
 
 def _touched_tiles(arr, causal, seqlen_q, row_starts, key_starts):
