@@ -261,6 +261,7 @@ def test_forward_plans_follow_documents_on_bidirectional_masks(form, head_dim, s
     key records: the default plan is FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS=1's there and =0's
     elsewhere; Sq != Sk never takes them."""
     keys = {}
+    monkeypatch.delenv("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS", raising=False)
     for switch in ("", "1", "0"):
         if switch:
             monkeypatch.setenv("FLASHMASK_SM90_FWD_DOCUMENT_BLOCKS", switch)
