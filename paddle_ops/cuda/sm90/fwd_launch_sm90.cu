@@ -125,8 +125,7 @@ bool sm90::fwd_document_blocks(const FwdParams& p) {
   // Measured ahead on bidirectional masks (documents, prefix-LM documents; H100, 8K and 32K): D = 64
   // +6-20%, D = 128 +1-6% (benchmarks/results/kernel_h100_fwd_document_blocks*.json). Causal ones
   // are level or lose up to 4% (causal and short documents, share question), though they visit
-  // fewer tiles and fewer partial ones too: each document adds a query tile, and a causal query
-  // tile has few key blocks to spread its start over (DESIGN_forward.md). D = 256 is not measured.
+  // fewer tiles and fewer partial ones too (DESIGN_forward.md). D = 256 is not measured.
   const int d = kernel_head_dim(p);
   return !p.causal && (d == 64 || d == 128);
 }
