@@ -77,15 +77,20 @@ struct FwdBlockLists {
 
   // [first, end) of the positions of query block m_block of batch row b.
   FM_HOST_DEVICE int2 rows_of(int32_t b, int32_t m_block, int32_t block_m, int32_t seqlen_q) const {
-    if (row_ranges != nullptr) return row_ranges[(int64_t)b * num_m_blocks + m_block];
-    const int32_t first = m_block * block_m;
-    return make_int2(first, first + block_m < seqlen_q ? first + block_m : seqlen_q);
+    return range_of(row_ranges, num_m_blocks, b, m_block, block_m, seqlen_q);
   }
   // [first, end) of the keys of key block n_block of batch row b.
   FM_HOST_DEVICE int2 cols_of(int32_t b, int32_t n_block, int32_t block_n, int32_t seqlen_k) const {
-    if (col_ranges != nullptr) return col_ranges[(int64_t)b * num_n_blocks + n_block];
-    const int32_t first = n_block * block_n;
-    return make_int2(first, first + block_n < seqlen_k ? first + block_n : seqlen_k);
+    return range_of(col_ranges, num_n_blocks, b, n_block, block_n, seqlen_k);
+  }
+
+  // Block i of batch row b: its slot of `ranges` ([batch][blocks]), or the fixed block of `block`
+  // positions clipped at `length`.
+  FM_HOST_DEVICE static int2 range_of(const int2* ranges, int32_t blocks, int32_t b, int32_t i, int32_t block,
+                                      int32_t length) {
+    if (ranges != nullptr) return ranges[(int64_t)b * blocks + i];
+    const int32_t first = i * block;
+    return make_int2(first, first + block < length ? first + block : length);
   }
 };
 
