@@ -175,14 +175,15 @@ KeyBlocks carve_document_key_blocks(const FwdParams& p, int32_t block_n, const v
   return k;
 }
 
-KeyBlocks build_document_key_blocks(const FwdParams& p, int32_t block_n, void* base, cudaStream_t stream) {
+KeyBlocks build_document_key_blocks(const FwdParams& p, int32_t block_n, void* base, cudaStream_t stream,
+                                    bool with_bounds) {
   const KeyBlocks k = carve_document_key_blocks(p, block_n, base);
   if (p.seqlen_k == 0 || p.batch == 0) return k;
   uint8_t* flags = static_cast<uint8_t*>(base) + ranges_bytes(p, block_n) + bounds_bytes(p, block_n);
   document_key_blocks_kernel<<<unsigned(p.batch), kThreads, 0, stream>>>(p, block_n, k.slots,
                                                                           const_cast<int2*>(k.ranges), flags);
   FM_CHECK_LAUNCH("document_key_blocks_kernel");
-  launch_range_bounds(p, k.ranges, k.slots, const_cast<BlockBounds*>(k.bounds), stream);
+  if (with_bounds) launch_range_bounds(p, k.ranges, k.slots, const_cast<BlockBounds*>(k.bounds), stream);
   return k;
 }
 

@@ -48,8 +48,10 @@ size_t document_key_blocks_bytes(const FwdParams& p, int32_t block_n);
 // Where the key blocks lie in `base` (document_key_blocks_bytes bytes); no launch.
 KeyBlocks carve_document_key_blocks(const FwdParams& p, int32_t block_n, const void* base);
 
-// Finds the documents of every batch row and writes the key blocks and their bounds carved from
-// `base`, on `stream` (no host synchronisation).
-KeyBlocks build_document_key_blocks(const FwdParams& p, int32_t block_n, void* base, cudaStream_t stream);
+// Finds the documents of every batch row and writes the key blocks carved from `base`, with their
+// bounds unless `with_bounds` is false (blocks used as query tiles need none), on `stream` (no host
+// synchronisation).
+KeyBlocks build_document_key_blocks(const FwdParams& p, int32_t block_n, void* base, cudaStream_t stream,
+                                    bool with_bounds = true);
 
 }  // namespace flashmask

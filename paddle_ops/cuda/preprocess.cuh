@@ -99,7 +99,7 @@ struct FwdBlockLists {
 // query blocks alone loses where the diagonal then cuts fixed key blocks in two
 // (benchmarks/tile_efficiency.py).
 struct FwdDocumentBlocks {
-  KeyBlocks rows;  // query blocks: ranges of positions, built at the lists' block_m (bounds unused)
+  KeyBlocks rows;  // query blocks: ranges of positions at the lists' block_m (bounds only where they are cols)
   KeyBlocks cols;  // key blocks: ranges of keys at block_n and their bounds
 };
 

@@ -178,7 +178,9 @@ struct Sm90FwdTiling {
 struct Sm90FwdPlan {
   FwdBlockLists lists;
   FwdDocumentBlocks documents;
-  void* row_blocks = nullptr;  // where documents.rows and .cols are built
+  // Where documents.rows and .cols are built; one region where the query tiles hold block_n
+  // positions, their blocks being then the keys' (the finder runs once).
+  void* row_blocks = nullptr;
   void* col_blocks = nullptr;
   sm90::FwdMaskPayload payload;
   int32_t* order = nullptr;
@@ -198,7 +200,7 @@ struct Sm90FwdPlan {
     };
     if (t.documents) {
       row_blocks = take(document_key_blocks_bytes(p, block_m));
-      col_blocks = take(document_key_blocks_bytes(p, block_n));
+      col_blocks = block_m == block_n ? row_blocks : take(document_key_blocks_bytes(p, block_n));
       if (base != nullptr) {
         documents.rows = carve_document_key_blocks(p, block_m, row_blocks);
         documents.cols = carve_document_key_blocks(p, block_n, col_blocks);
@@ -230,8 +232,11 @@ void build_fwd_sm90_plan(const FwdParams& p, int block_m, void* base, cudaStream
   const Sm90FwdPlan plan(t, base);
   FwdDocumentBlocks documents;
   if (t.documents) {
-    documents.rows = build_document_key_blocks(t.tiles, t.list_rows, plan.row_blocks, stream);
     documents.cols = build_document_key_blocks(t.tiles, t.block_n, plan.col_blocks, stream);
+    documents.rows = plan.row_blocks == plan.col_blocks
+                         ? documents.cols
+                         : build_document_key_blocks(t.tiles, t.list_rows, plan.row_blocks, stream,
+                                                     /*with_bounds*/ false);
   }
   const FwdBlockLists lists =
       build_fwd_block_lists(t.tiles, t.list_rows, t.block_n, base, stream, t.documents ? &documents : nullptr);
