@@ -220,23 +220,29 @@ def test_graph_capture_preprocesses_the_mask_inside_the_graph(seed):
     assert torch.equal(out, eager), "the replay must preprocess the mask it finds in idx"
 
 
+def _fwd_plan_size(lib, args) -> tuple[int, int]:
+    """(bytes, key) of the forward plan of the call `args` describes."""
+    size, key = ctypes.c_size_t(0), ctypes.c_uint64(0)
+    _capi.check(lib, lib.fm_fwd_plan_size(ctypes.byref(args), ctypes.byref(size), ctypes.byref(key)), "size")
+    return size.value, key.value
+
+
 def test_a_plan_of_another_problem_is_refused(seed):
     rng = np.random.default_rng(seed)
     lib = _capi.load_library()
     case = _case(seed, (True, 1), seqlen=512)
     idx = _mask_tensor(case, rng)
     q, k, v, _ = make_inputs(case)
-    size, key = ctypes.c_size_t(0), ctypes.c_uint64(0)
     args = _ops._args(q, k, v, None, None, idx, True, 1.0, _ops.Extras())
-    _capi.check(lib, lib.fm_fwd_plan_size(ctypes.byref(args), ctypes.byref(size), ctypes.byref(key)), "size")
-    plan = torch.empty(size.value, dtype=torch.uint8, device="cuda")
+    size, key = _fwd_plan_size(lib, args)
+    plan = torch.empty(size, dtype=torch.uint8, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     _capi.check(lib, lib.fm_fwd_plan_build(ctypes.byref(args), plan.data_ptr(), stream), "build")
     shorter = q[:, :500]  # another problem: the plan's lists are for 512 query rows
     out = torch.empty_like(shorter)
     lse = torch.empty(case.batch, case.heads_q, 500, dtype=torch.float32, device="cuda")
     other = _ops._args(shorter, k, v, out, lse, idx, True, 1.0, _ops.Extras())
-    other.plan, other.plan_key = plan.data_ptr(), key.value
+    other.plan, other.plan_key = plan.data_ptr(), key
     ws = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
     with pytest.raises(ValueError, match="mask plan was built for another problem"):
         _capi.check(lib, lib.fm_fwd_cuda(ctypes.byref(other), ws.data_ptr(), stream), "fm_fwd_cuda")
@@ -245,11 +251,8 @@ def test_a_plan_of_another_problem_is_refused(seed):
 def _fwd_plan_key(case: Case, rng) -> int:
     idx = _mask_tensor(case, rng)
     q, k, v, _ = make_inputs(case)
-    size, key = ctypes.c_size_t(0), ctypes.c_uint64(0)
     args = _ops._args(q, k, v, None, None, idx, case.causal, 1.0, _ops.Extras())
-    lib = _capi.load_library()
-    _capi.check(lib, lib.fm_fwd_plan_size(ctypes.byref(args), ctypes.byref(size), ctypes.byref(key)), "size")
-    return key.value
+    return _fwd_plan_size(_capi.load_library(), args)[1]
 
 
 @pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="the Hopper forward's plans")
