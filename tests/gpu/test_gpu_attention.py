@@ -17,7 +17,8 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from flashmask_paddle.testing.cases import CUDA_DTYPES, FORMS, Case, form_id, random_bounds  # noqa: E402
-from flashmask_paddle.testing.torch_binding import check, check_documents_one_by_one  # noqa: E402
+from flashmask_paddle.testing.torch_binding import (  # noqa: E402
+    check, check_documents_one_by_one, check_run, make_inputs)
 
 from flashmask_paddle import masks  # noqa: E402
 
@@ -430,6 +431,30 @@ def test_fully_masked_rows_give_zero_output_minus_inf_lse_zero_grads():
     err = check(Case(batch=1, seqlen_q=s, seqlen_k=s, heads_q=2, heads_k=2, head_dim=128, dtype="bf16",
                      causal=False, indices=idx, seed=SEED + 3))
     assert err["out_dead_nonzero"] == 0 and err["lse_dead_not_-inf"] == 0 and err["dq_dead_nonzero"] == 0
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("form", [(True, 0), (True, 1), (False, 2)], ids=form_id)
+def test_rows_whose_max_moves_late(form, head_dim):
+    """A tenth of the query rows, drawn at random, meet one key late in their rows that outscores
+    the others by ~10 (a score of ~12 against N(0, 1)); every other row's max settles early. So in
+    one tile some warps' maxima move at a late key block while others' stay, and each row's output
+    must be rescaled exactly when its own max moves."""
+    case = fuzzed_case(form, seed_offset=1900 + head_dim, batch=1, seqlen_q=1000, head_dim=head_dim)
+    rng = np.random.default_rng(case.seed)
+    q, k, v, dout = make_inputs(case)
+    dtype = q.dtype
+    q, k = q.float(), k.float()
+    # q_r . k_c * softmax_scale = 12 for the chosen rows; any other pair keeps its N(0, 1) score.
+    amplitude = (12 * head_dim ** 0.5) ** 0.5
+    for head in range(case.heads_q):
+        direction = torch.from_numpy(rng.standard_normal(head_dim)).float().to(q.device)
+        direction *= amplitude / direction.norm()
+        late_key = int(rng.integers(600, 900))
+        rows = rng.choice(np.arange(late_key, case.seqlen_q), size=(case.seqlen_q - late_key) // 10, replace=False)
+        q[0, torch.from_numpy(rows).to(q.device), head] = direction
+        k[0, late_key, head] = direction
+    check_run(case, q.to(dtype), k.to(dtype), v, dout, case.bounds(rng))
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
