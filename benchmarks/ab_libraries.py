@@ -15,7 +15,10 @@ pool0:FLASHMASK_X=0`` beside ``--lib default=LIB``), alternating with the others
 kernel_bench's own --variant compares switches inside one process. Processes rather than rows
 alternate because between processes on one GPU the same kernel moved 5-10% on sparse masks
 (benchmarks/README.md), so a one-sided order would read as a difference. The JSON holds the command, the libraries (path, size, SHA-256), each process's
-kernel_bench meta, the rows (``library``, ``round``) and the summary.
+kernel_bench meta, the rows (``library``, ``round``) and the summary. It is rewritten after every
+process (``meta.complete`` false until the last), so a run stopped from outside keeps what it
+measured; a process that fails or outlives ``--timeout`` is listed in ``meta.failed`` with its
+output's tail, the others still run, and the exit status is 1.
 """
 from __future__ import annotations
 
@@ -164,30 +167,49 @@ def table(summary: list[dict], names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def write_result(args, argv, names: list[str], paths: dict, rows: list[dict], metas: list[dict],
+                 failed: list[dict], complete: bool) -> list[dict]:
+    """Writes the JSON of the processes run so far; returns its summary."""
+    summary = summarize(rows, names)
+    device = metas[0].get("device", "unknown") if metas else "unknown"
+    meta = provenance.record("ab_libraries.py " + " ".join(argv), device,
+                             dirty_paths=["benchmarks/ab_libraries.py", *kernel_bench.SOURCES])
+    meta.update(rounds=args.rounds, order=[f"{r}:{n}" for r, n in process_order(names, args.rounds)],
+                libraries={name: dict(describe(paths[name]), env=args.envs[name]) for name in names},
+                processes=metas, failed=failed, complete=complete)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1) + "\n")
+    return summary
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     names = [name for name, _ in args.lib]
     paths = dict(args.lib)
-    rows, metas = [], []
+    rows, metas, failed = [], [], []
+    order = process_order(names, args.rounds)
     with tempfile.TemporaryDirectory(prefix="ab_libraries_") as tmp:
-        for i, (rnd, name) in enumerate(process_order(names, args.rounds)):
-            result = run_bench(args.bench, args.bench_args, paths[name], Path(tmp) / f"run{i}_{name}.json",
-                               args.timeout, args.envs[name])
-            metas.append(dict(result["meta"], library=name, round=rnd))
-            rows += [dict(r, library=name, round=rnd) for r in result["rows"]]
-            print(f"ab_libraries: round {rnd} {name}: {len(result['rows'])} rows", flush=True)
-    summary = summarize(rows, names)
+        for i, (rnd, name) in enumerate(order):
+            try:
+                result = run_bench(args.bench, args.bench_args, paths[name], Path(tmp) / f"run{i}_{name}.json",
+                                   args.timeout, args.envs[name])
+            except RuntimeError as e:
+                error = str(e)
+            except subprocess.TimeoutExpired as e:
+                error = f"kernel_bench on {paths[name]} timed out after {e.timeout:g} s"
+            else:
+                metas.append(dict(result["meta"], library=name, round=rnd))
+                rows += [dict(r, library=name, round=rnd) for r in result["rows"]]
+                print(f"ab_libraries: round {rnd} {name}: {len(result['rows'])} rows", flush=True)
+                error = None
+            if error is not None:
+                failed.append({"library": name, "round": rnd, "error": error[-2000:]})
+                print(f"ab_libraries: round {rnd} {name} failed: {error}", file=sys.stderr, flush=True)
+            summary = write_result(args, argv, names, paths, rows, metas, failed, complete=i + 1 == len(order))
     print(table(summary, names))
-    meta = provenance.record("ab_libraries.py " + " ".join(argv), metas[0].get("device", "unknown"),
-                             dirty_paths=["benchmarks/ab_libraries.py", *kernel_bench.SOURCES])
-    meta.update(rounds=args.rounds, order=[f"{r}:{n}" for r, n in process_order(names, args.rounds)],
-                libraries={name: dict(describe(paths[name]), env=args.envs[name]) for name in names},
-                processes=metas)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {args.json}")
-    return 0
+    print(f"wrote {args.json}" + (f" ({len(failed)} of {len(order)} processes failed)" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

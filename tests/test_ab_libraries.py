@@ -27,6 +27,9 @@ base = float(open(lib).read())
 log = os.path.join(os.path.dirname(__file__), "order.log")
 before = len(open(log).read().split()) if os.path.exists(log) else 0
 open(log, "a").write(os.path.basename(lib) + os.environ.get("STUB_TAG", "") + " ")
+if base == -2:
+    import time
+    time.sleep(60)
 if base < 0:
     print("stub: failing on purpose", file=sys.stderr)
     sys.exit(3)
@@ -41,7 +44,7 @@ def stub(tmp_path):
     script = tmp_path / "bench_stub.py"
     script.write_text(STUB)
     libs = {}
-    for name, value in (("a", "100"), ("b", "120"), ("bad", "-1")):
+    for name, value in (("a", "100"), ("b", "120"), ("bad", "-1"), ("hangs", "-2")):
         libs[name] = tmp_path / f"lib_{name}.so"
         libs[name].write_text(value)
     return script, libs, tmp_path / "order.log"
@@ -69,12 +72,53 @@ def test_processes_alternate_and_the_summary_has_medians_and_ratios(stub, tmp_pa
     assert e["bwd_ratio_b"] == pytest.approx(61 / 51.5, abs=1e-4)
 
 
-def test_a_failing_process_is_reported_with_its_output(stub, tmp_path):
+def test_a_failing_process_is_listed_with_its_output_and_the_others_still_run(stub, tmp_path):
+    script, libs, log = stub
+    out = tmp_path / "x.json"
+    assert ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"bad={libs['bad']}", "--json", str(out),
+                              "--bench", str(script), "--", "--masks", "causal"]) == 1
+    assert log.read_text().split() == ["lib_a.so", "lib_bad.so", "lib_bad.so", "lib_a.so"]
+    result = json.loads(out.read_text())
+    assert result["meta"]["complete"] is True
+    assert [(f["library"], f["round"]) for f in result["meta"]["failed"]] == [("bad", 0), ("bad", 1)]
+    assert "exited with 3" in result["meta"]["failed"][0]["error"]
+    assert "failing on purpose" in result["meta"]["failed"][0]["error"]
+    (e,) = result["summary"]
+    assert e["fwd_tflops_a_rounds"] == [100.0, 103.0] and "fwd_tflops_bad" not in e and "fwd_ratio_bad" not in e
+
+
+def test_a_process_past_the_timeout_is_killed_and_listed(stub, tmp_path):
     script, libs, _ = stub
-    with pytest.raises(RuntimeError, match="exited with 3(.|\n)*failing on purpose"):
-        ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"bad={libs['bad']}", "--json",
-                           str(tmp_path / "x.json"), "--bench", str(script), "--", "--masks", "causal"])
-    assert not (tmp_path / "x.json").exists()
+    out = tmp_path / "x.json"
+    assert ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"hangs={libs['hangs']}", "--rounds", "1",
+                              "--timeout", "2", "--json", str(out), "--bench", str(script), "--",
+                              "--masks", "causal"]) == 1
+    result = json.loads(out.read_text())
+    (failure,) = result["meta"]["failed"]
+    assert failure["library"] == "hangs" and "timed out after 2 s" in failure["error"]
+    assert {r["library"] for r in result["rows"]} == {"a"}
+
+
+def test_the_json_holds_every_finished_process_when_a_run_is_stopped(stub, tmp_path, monkeypatch):
+    """Rewritten after each process: a run stopped from outside (here: during its third process)
+    keeps the first two, marked incomplete."""
+    script, libs, _ = stub
+    out = tmp_path / "x.json"
+    real, calls = ab_libraries.run_bench, []
+
+    def stopped_at_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ab_libraries, "run_bench", stopped_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"b={libs['b']}", "--json", str(out),
+                           "--bench", str(script), "--", "--masks", "causal"])
+    result = json.loads(out.read_text())
+    assert result["meta"]["complete"] is False and result["meta"]["failed"] == []
+    assert [(r["library"], r["round"]) for r in result["rows"]] == [("a", 0), ("b", 0)]
 
 
 def test_env_makes_one_library_a_build_of_its_own(stub, tmp_path):
