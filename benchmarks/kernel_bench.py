@@ -99,12 +99,13 @@ class Prepared:
         self.rounds = {"fwd": [], "bwd": []}
 
 
-def set_up(torch, p: Prepared, case) -> None:
+def set_up(torch, p: Prepared, case, backward: bool = True) -> None:
     """Everything of p's implementation on the case but the timed passes: builds the forward (a
     peer's mask preparation is timed there, once per row, into case["extra"]), runs it once
-    (compile_s: compilation and autotuning), keeps its output for the cross-check, then builds the
-    backward on an autograd forward and runs it once. A failing forward raises; a failing backward
-    keeps the forward (bwd None, the row's error says why)."""
+    (compile_s: compilation and autotuning), keeps its output for the cross-check, then, unless
+    `backward` is off (--forward-only), builds the backward on an autograd forward and runs it once.
+    A failing forward raises; a failing backward keeps the forward (bwd None, the row's error says
+    why)."""
     impl, row = p.impl, p.row
     leafs = [case[f"{n}_{impl.layout}"] for n in ("q", "k", "v")]
     fwd = impl.forward(case)
@@ -114,6 +115,8 @@ def set_up(torch, p: Prepared, case) -> None:
     sync(torch)
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     p.fwd, p.output = fwd, out if impl.layout == "bshd" else out.transpose(1, 2)
+    if not backward:
+        return
     dout = case[f"dout_{impl.layout}"]
     try:
         out = fwd()  # with autograd: the graph the backward timing replays
@@ -176,7 +179,7 @@ def drop(torch, p: Prepared, e: Exception) -> None:
         torch.cuda.empty_cache()
 
 
-def prepare(torch, impl, case, row: dict, dropout: float) -> Prepared:
+def prepare(torch, impl, case, row: dict, dropout: float, backward: bool = True) -> Prepared:
     """impl set up on the case (set_up), unless it cannot run it (row's skipped says why) or its
     set-up fails (row's error); the times of its mask preparation are kept either way."""
     p = Prepared(impl, row)
@@ -188,7 +191,7 @@ def prepare(torch, impl, case, row: dict, dropout: float) -> Prepared:
         return p
     case["extra"] = {}
     try:
-        set_up(torch, p, case)
+        set_up(torch, p, case, backward)
     except Exception as e:
         drop(torch, p, e)
     p.extra = case["extra"]
@@ -232,7 +235,8 @@ def bench_case(torch, impls, case, base: dict, args, done) -> None:
     order, skipped rows included, once every output has been checked against ours (cross_check), so
     that each row written carries its rel_err_vs_flashmask. Everything set up here, autograd graphs
     included, is released on return."""
-    prepared = [prepare(torch, impl, case, {"impl": impl.name, **base}, args.dropout) for impl in impls]
+    prepared = [prepare(torch, impl, case, {"impl": impl.name, **base}, args.dropout, not args.forward_only)
+                for impl in impls]
     for r in range(args.rounds):
         live = [p for p in prepared if p.fwd is not None]  # neither skipped nor failed
         for p in round_order(live, r):
@@ -415,6 +419,8 @@ def parse_args(argv):
     p.add_argument("--kernel-time", action="store_true",
                    help="also the summed kernel time per call from torch.profiler (fwd_kernel_ms, "
                         "bwd_kernel_ms and their TFLOP/s; not with --smoke)")
+    p.add_argument("--forward-only", action="store_true",
+                   help="time the forward alone (a forward kernel's A/B in less GPU time); rows carry no bwd fields")
     p.add_argument("--smoke", action="store_true", help="CPU plumbing check (fp32, tiny sizes advised)")
     args = p.parse_args(argv)
     if args.rounds < 1:
@@ -445,7 +451,8 @@ def main(argv=None) -> int:
                       "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
                       "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
             "kernel_time": run.kernel_time, "warmup": args.warmup, "warmup_s": run.warmup_s, "reps": args.reps,
-            "settle_ms": run.settle_ms, "min_window_ms": run.min_window_ms, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens}
+            "settle_ms": run.settle_ms, "min_window_ms": run.min_window_ms, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens,
+            "forward_only": args.forward_only}
     if args.rounds > 1:
         meta["method"] += (f"; {args.rounds} rounds per row, the implementations timed in alternating order "
                            "(list order in even rounds, reversed in odd ones: ABBA), median over the rounds")

@@ -92,6 +92,15 @@ def test_one_round_rows_carry_no_per_round_fields(smoke):
         assert not [key for key in r if key.endswith("_rounds")], r
 
 
+def test_forward_only_times_no_backward(smoke):
+    result, timed = smoke("--forward-only", "--rounds", "2")
+    assert result["meta"]["forward_only"] is True and len(timed) == 8
+    for r in result["rows"]:
+        assert "error" not in r, r
+        assert r["fwd_ms"] > 0 and len(r["fwd_ms_rounds"]) == 2 and "fwd_tflops" in r
+        assert not [key for key in r if key.startswith("bwd_")], r
+
+
 def test_append_keeps_the_rows_and_commands_of_the_file_found_at_start(smoke):
     first, _ = smoke()
     both, _ = smoke("--append")
