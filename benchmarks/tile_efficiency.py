@@ -9,7 +9,8 @@ from its block bounds, which may take in a few tiles more than this exact count.
 (visited tiles x tile area), the fraction of the tensor-core work a TFLOP/s-over-visible-pairs
 figure counts. Each grid also counts its visited tiles and, of them, the partial ones: a masked pair
 inside, or a key block shorter than the tile's keys (the kernel loads them all and masks the rest),
-which run the element mask and cost a tile start each. Grids, per tile shape (query rows x keys):
+which run the element mask; and its query tiles, with how many key blocks each visits (the shortest
+cannot hide their start behind the tile before them). Grids, per tile shape (query rows x keys):
 
 - fixed: tiles at multiples of the tile size, as our forward runs them;
 - keys at long documents: key blocks restart at the starts of documents at least one key block
@@ -116,17 +117,19 @@ def grid_starts(length: int, docs: np.ndarray, shape: tuple[int, int], grid: str
     return rows, keys
 
 
-def tile_counts(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
-                documents: list[np.ndarray] | None = None) -> tuple[float, int, int | None]:
-    """(efficiency, visited tiles, partial tiles) over every [Sk, C] slice of indices [B, Hm, Sk, C].
-    Partial tiles are the visited ones that need the element mask: a masked pair inside, or a key
-    block shorter than the tile's keys (a kernel loads them all); None for "rows anchored", whose
+def tile_stats(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
+               documents: list[np.ndarray] | None = None) -> dict:
+    """Over every [Sk, C] slice of indices [B, Hm, Sk, C]: the efficiency, the visited tiles and
+    the partial ones (tile_counts), and the query tiles: how many the grid has (query_tiles), how
+    many of them visit at most one or two key blocks (query_tiles_at_most_1 / _2: a tile that short
+    ends before a producer one tile ahead has the next tile's loads in) and the key blocks a query
+    tile visits on average. The partial and query-tile counts are None for "rows anchored", whose
     tiles are not fixed blocks. documents: slice_document_starts(indices, ...) where the caller has
     them already."""
     block_m, block_n = shape
     if documents is None:
         documents = slice_document_starts(indices, causal, seqlen_q)
-    tiles, partial = 0, 0
+    tiles, partial, per_query_tile = 0, 0, []
     for slice_, docs in zip(indices.reshape(-1, *indices.shape[2:]), documents):
         rows, keys = grid_starts(slice_.shape[0], docs, shape, grid)
         if grid == "rows anchored":
@@ -137,9 +140,27 @@ def tile_counts(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[i
         unmasked = masks.unmasked_tiles(one, causal, seqlen_q, row_starts=rows, key_starts=keys, block_n=block_n)
         tiles += int(touched.sum())
         partial += int((touched & ~unmasked).sum())
+        per_query_tile.append(touched.reshape(-1, touched.shape[-1]).sum(-1))
     visible = int(masks.count_visible(indices, causal, seqlen_q).sum())
-    efficiency_ = visible / (tiles * block_m * block_n) if tiles else 0.0
-    return efficiency_, tiles, None if grid == "rows anchored" else partial
+    stats = {"efficiency": visible / (tiles * block_m * block_n) if tiles else 0.0, "tiles": tiles,
+             "partial_tiles": None, "query_tiles": None, "query_tiles_at_most_1": None,
+             "query_tiles_at_most_2": None, "blocks_per_query_tile": None}
+    if grid != "rows anchored":
+        lengths = np.concatenate(per_query_tile)
+        stats.update(partial_tiles=partial, query_tiles=int(lengths.size),
+                     query_tiles_at_most_1=int((lengths <= 1).sum()), query_tiles_at_most_2=int((lengths <= 2).sum()),
+                     blocks_per_query_tile=float(lengths.mean()) if lengths.size else 0.0)
+    return stats
+
+
+def tile_counts(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
+                documents: list[np.ndarray] | None = None) -> tuple[float, int, int | None]:
+    """(efficiency, visited tiles, partial tiles) over every [Sk, C] slice of indices [B, Hm, Sk, C].
+    Partial tiles are the visited ones that need the element mask: a masked pair inside, or a key
+    block shorter than the tile's keys (a kernel loads them all); None for "rows anchored", whose
+    tiles are not fixed blocks."""
+    stats = tile_stats(indices, causal, seqlen_q, shape, grid, documents)
+    return stats["efficiency"], stats["tiles"], stats["partial_tiles"]
 
 
 def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
@@ -168,11 +189,13 @@ def main(argv=None) -> int:
             cells = []
             for shape in SHAPES:
                 for grid in GRIDS:
-                    eff, tiles, partial = tile_counts(mask.indices, mask.causal, seqlen, shape, grid, documents)
+                    stats = tile_stats(mask.indices, mask.causal, seqlen, shape, grid, documents)
+                    mean = stats["blocks_per_query_tile"]
                     rows.append({"mask": name, "seqlen": seqlen, "batch": batch, "block_m": shape[0],
-                                 "block_n": shape[1], "grid": grid, "efficiency": round(eff, 4),
-                                 "tiles": tiles, "partial_tiles": partial})
-                    cells.append(f"{eff:>{width}.3f}")
+                                 "block_n": shape[1], "grid": grid, **stats,
+                                 "efficiency": round(stats["efficiency"], 4),
+                                 "blocks_per_query_tile": None if mean is None else round(mean, 2)})
+                    cells.append(f"{stats['efficiency']:>{width}.3f}")
             print(f"{name:<20}{seqlen:>7}  " + "  ".join(cells), flush=True)
     meta = provenance.record("tile_efficiency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                              f"{provenance.cpu_name()} (counts, no GPU)",

@@ -54,6 +54,26 @@ def test_counts_match_the_dense_picture(builder, grid, seed):
     assert tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid) == got[0]
 
 
+@pytest.mark.parametrize("grid", [g for g in tile_efficiency.GRIDS if g != "rows anchored"])
+def test_query_tiles_count_the_key_blocks_each_visits(grid):
+    rng = np.random.default_rng(7)
+    docs = [int(x) for x in rng.integers(5, 90, size=6)]
+    seqlen = sum(docs)
+    mask = masks.causal_document(docs)
+    starts = np.cumsum([0] + docs[:-1])
+    shape = (32, 32)
+    rows, keys = tile_efficiency.grid_starts(seqlen, starts, shape, grid)
+    vis = masks.to_dense(mask)[0, 0]
+    row_end, key_end = np.append(rows[1:], seqlen), np.append(keys[1:], seqlen)
+    lengths = np.array([sum(vis[r0:r1, k0:k1].any() for k0, k1 in zip(keys, key_end))
+                        for r0, r1 in zip(rows, row_end)])
+    stats = tile_efficiency.tile_stats(mask.indices, mask.causal, seqlen, shape, grid)
+    assert stats["query_tiles"] == len(rows) and stats["tiles"] == lengths.sum()
+    assert stats["query_tiles_at_most_1"] == (lengths <= 1).sum() > 0
+    assert stats["query_tiles_at_most_2"] == (lengths <= 2).sum()
+    assert stats["blocks_per_query_tile"] == pytest.approx(lengths.mean())
+
+
 def test_grids_restart_where_they_say():
     starts = np.array([0, 5, 300, 330, 600])
     rows, keys = tile_efficiency.grid_starts(700, starts, (64, 128), "rows and keys at long documents")
