@@ -59,7 +59,7 @@ __device__ __forceinline__ void produce_tiles(const FwdKernelParams<Traits>& kp,
         copy(tma.with(*barrier, 0), tg(_, n_block), ts(_, write.index()));
         return;
       }
-      const int32_t col0 = kp.lists.col_ranges[(int64_t)tile.b * kp.lists.num_n_blocks + n_block].x;
+      const int32_t col0 = kp.lists.cols_of(tile.b, n_block, Traits::kBlockN, p.seqlen_k).x;
       auto first = tg(_, 0);
       copy(tma.with(*barrier, 0), make_tensor(first.data() + col0 * stride<0>(m), first.layout()), ts(_, write.index()));
     };
