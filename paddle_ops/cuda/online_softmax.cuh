@@ -16,8 +16,13 @@ namespace flashmask {
 
 // kRows: the rows this thread holds; kChains: independent max / sum chains per row, so that an
 // element need not wait for the previous one's result (a power of two, combined pairwise).
-template <int kRows, int kChains = 1>
+// kMaxSlack (log2 units): a row keeps its running max until a block's max exceeds it by more than
+// this, so that most steps move no row's max and a warp whose rows all kept theirs skips the output
+// rescale; probabilities stay below 2^kMaxSlack, exact in fp16 / bf16, and the LSE is exact either
+// way. 0: the max moves with every block and the rescale always runs.
+template <int kRows, int kChains = 1, int kMaxSlack = 0>
 struct OnlineSoftmax {
+  static_assert(kMaxSlack >= 0 && kMaxSlack <= 8, "probabilities up to 2^kMaxSlack must stay exact in P's type");
   static_assert(kChains > 0 && (kChains & (kChains - 1)) == 0, "combine() pairs the chains: a power of two");
   float row_max[kRows];
   float row_sum[kRows];
@@ -43,10 +48,15 @@ struct OnlineSoftmax {
       for (int c = 0; c < kChains; ++c) m[c] = row_max[i];
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kCols; ++j) m[j % kChains] = fmaxf(m[j % kChains], s(i, j));
-      const float m_new = quad_max(combine(m, [](float a, float b) { return fmaxf(a, b); }));
+      const float m_block = quad_max(combine(m, [](float a, float b) { return fmaxf(a, b); }));
+      // NaN <= slack fails: a row with nothing visible yet (-inf - -inf) keeps its -inf.
+      const bool keep = kMaxSlack > 0 && !((m_block - row_max[i]) * scale_log2 > float(kMaxSlack));
+      const float m_new = keep ? row_max[i] : m_block;
       // Nothing visible yet: subtract 0, so that exp2(-inf) gives 0, not NaN.
       const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-      correction[i] = m_new == -INFINITY ? 1.f : exp2_approx(row_max[i] * scale_log2 - m_scaled);
+      // A kept max's correction is exactly 1, which rescale() tests (exp2 of m * scale_log2 minus
+      // itself could see a contracted FFMA's rounding error).
+      correction[i] = keep || m_new == -INFINITY ? 1.f : exp2_approx(row_max[i] * scale_log2 - m_scaled);
       row_max[i] = m_new;
       float sum[kChains] = {};
       CUTLASS_PRAGMA_UNROLL
@@ -58,8 +68,16 @@ struct OnlineSoftmax {
     }
   }
 
+  // With a slack, a warp none of whose rows moved its max leaves its output alone (every
+  // correction is exactly 1); the vote keeps the branch warp-uniform.
   template <class TO>
   __device__ __forceinline__ static void rescale(TO&& o, const float (&correction)[kRows]) {
+    if constexpr (kMaxSlack > 0) {
+      bool moved = false;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRows; ++i) moved |= correction[i] != 1.f;
+      if (!__any_sync(0xffffffffu, moved)) return;
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRows; ++i) {
       CUTLASS_PRAGMA_UNROLL

@@ -77,7 +77,7 @@ __device__ __forceinline__ void consume_tiles(const FwdKernelParams<Traits>& kp,
     const int32_t* entries = kp.lists.entries + tile.list * kp.lists.num_n_blocks;
     const int32_t row0 = tile.row0;
     clear(acc_o);
-    OnlineSoftmax<kRows, Traits::kSoftmaxChains> softmax(kp.scale_log2);
+    OnlineSoftmax<kRows, Traits::kSoftmaxChains, Traits::kRowMaxSlack> softmax(kp.scale_log2);
 
     pipeline_q.consumer_wait(read_q);
     const int q_stage = read_q.index();

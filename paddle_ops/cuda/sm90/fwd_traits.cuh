@@ -87,6 +87,11 @@ struct FwdTraits {
   // (FlashAttention-3's place), or after the PV wait. Before the PV issue measured 1.01-1.05x at
   // D = 256 (its 128 FMULs a thread); 0.99x at D = 128 and in the 192-row D = 64 kernels.
   static constexpr bool kRescaleBeforePv = kHeadDim > 128;
+  // How far a row's max may lag behind its scores before it moves (OnlineSoftmax::kMaxSlack, log2
+  // units); while a warp's rows all keep theirs it skips the O rescale. Under the QK wgmma
+  // (D = 256) that measured 1.04-1.08x over every row, H100; after the PV wait (D <= 128) the branch
+  // around the rescale cost up to 5% with the slack (32K full 675 -> 640) and without it.
+  static constexpr int kRowMaxSlack = kRescaleBeforePv ? 8 : 0;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads,
                 "setmaxnreg budgets exceed the registers the CTA holds");
 
