@@ -67,20 +67,23 @@ def check(case: Case, device="cuda") -> dict:
     return check_run(case, q, k, v, dout, indices, device)
 
 
-def check_run(case: Case, q, k, v, dout, indices, device="cuda") -> dict:
-    """`check` on given inputs; ``indices`` as for run_flashmask (numpy, a tensor or None)."""
-    return check_result(case, run_flashmask(case, q, k, v, dout, indices, device), q, k, v, dout, indices)
+def check_run(case: Case, q, k, v, dout, indices, device="cuda", **kwargs) -> dict:
+    """`check` on given inputs; ``indices`` as for run_flashmask (numpy, a tensor or None);
+    ``kwargs`` go to check_result."""
+    return check_result(case, run_flashmask(case, q, k, v, dout, indices, device), q, k, v, dout, indices,
+                        **kwargs)
 
 
-def check_result(case: Case, got, q, k, v, dout, indices) -> dict:
+def check_result(case: Case, got, q, k, v, dout, indices, fields=("out", "lse", "dq", "dk", "dv")) -> dict:
     """Compares ``got`` (float64 numpy out, lse, dq, dk, dv) with the fp64 reference of ``case`` on
-    these inputs and ``indices`` (numpy, a tensor or None); raises AssertionError naming what is off."""
+    these inputs and ``indices`` (numpy, a tensor or None); raises AssertionError naming what of
+    ``fields`` is off."""
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     q64, k64, v64, do64 = (t.double().cpu().numpy() for t in (q, k, v, dout))
     err = compare(got, reference(case, q64, k64, v64, do64, indices, saved_out=got[0]),
                   reference_magnitudes(case, q64, k64, v64, do64, indices, saved_out=got[0]))
-    bad = failures(err)
+    bad = failures(err, fields)
     assert not bad, f"{case}: {', '.join(bad)}"
     return err
 

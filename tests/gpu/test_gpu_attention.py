@@ -457,6 +457,30 @@ def test_rows_whose_max_moves_late(form, head_dim):
     check_run(case, q.to(dtype), k.to(dtype), v, dout, case.bounds(rng))
 
 
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("form", [(True, 0), (True, 2), (False, 2)], ids=form_id)
+def test_rows_whose_max_climbs_along_the_keys(form, head_dim, dtype):
+    """Scores that rise along the keys, at a slope per head from ~1.5 to ~16 log2 units per
+    64-key block (plus N(0, 1) noise): every row's max moves again and again, by steps smaller and
+    larger than any slack a kernel may give its running max before rescaling, so probabilities
+    against a lagging max reach their largest and the output and LSE must still match. The
+    gradients are left out: keys this long along one direction make dQ = sum dS K cancel far below
+    the 16-bit dS's rounding (bf16: dQ up to 6.6% off the fp64 reference, the backward's limit)."""
+    case = fuzzed_case(form, seed_offset=1950 + head_dim, batch=1, seqlen_q=700, seqlen_k=900, heads_q=3,
+                       heads_k=3, head_dim=head_dim, dtype=dtype)
+    rng = np.random.default_rng(case.seed)
+    q, k, v, dout = make_inputs(case)
+    q, k = q.float(), k.float()
+    ramp = torch.arange(case.seqlen_k, dtype=torch.float32, device=q.device) / case.seqlen_k
+    for head, rise in enumerate((15.0, 45.0, 150.0)):  # the score's rise over the whole row (natural units)
+        direction = torch.from_numpy(rng.standard_normal(head_dim)).float().to(q.device)
+        direction *= head_dim ** 0.25 / direction.norm()  # q = direction scores direction * t as t
+        q[0, :, head] = direction + 0.3 * q[0, :, head]
+        k[0, :, head] += direction * (rise * ramp[:, None])
+    check_run(case, q.to(v.dtype), k.to(v.dtype), v, dout, case.bounds(rng), fields=("out", "lse"))
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("form", [(True, 1), (True, 2), (False, 2), (False, 4)], ids=form_id)
 def test_key_blocks_no_query_sees_get_zero_grads(form, head_dim):
