@@ -18,11 +18,13 @@ namespace flashmask {
 // element need not wait for the previous one's result (a power of two, combined pairwise).
 // kMaxSlack (log2 units): a row keeps its running max until a block's max exceeds it by more than
 // this, so that most steps move no row's max and a warp whose rows all kept theirs skips the output
-// rescale; probabilities stay below 2^kMaxSlack, exact in fp16 / bf16, and the LSE is exact either
-// way. 0: the max moves with every block and the rescale always runs.
+// rescale; probabilities stay below 2^kMaxSlack (16-bit P keeps its relative precision at any
+// scale) and the LSE is exact either way. 0: the max moves with every block, the rescale always
+// runs.
 template <int kRows, int kChains = 1, int kMaxSlack = 0>
 struct OnlineSoftmax {
-  static_assert(kMaxSlack >= 0 && kMaxSlack <= 8, "probabilities up to 2^kMaxSlack must stay exact in P's type");
+  static_assert(kMaxSlack >= 0 && kMaxSlack <= 8,
+                "probabilities grow to 2^kMaxSlack: keep them far inside fp16's range");
   static_assert(kChains > 0 && (kChains & (kChains - 1)) == 0, "combine() pairs the chains: a power of two");
   float row_max[kRows];
   float row_sum[kRows];
