@@ -15,7 +15,7 @@
 #   --bench "ARGS"   also run benchmarks/kernel_bench.py ARGS (JSON + PNG to $OUT); several runs
 #                    into one JSON: "ARGS1 ;; ARGS2" (e.g. a core matrix, then a few extra rows)
 #   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
-#   --pytest "ARGS"  extra pytest arguments (e.g. "-k causal")
+#   --pytest "ARGS"  extra pytest arguments, split as the shell splits them (e.g. "-k 'causal or 256'")
 #   --fuzz N         also run N random fuzz cases on the GPU (--jobs FUZZ_JOBS, default 16) into
 #                    fuzz_cuda.json
 #   --lib PATH       use a libflashmask.so built elsewhere (e.g. by tests/test_cuda_build.py for
@@ -105,8 +105,10 @@ fi
 if [ $RUN_TESTS = 1 ]; then
   XDIST=""; [ -n "${PYTEST_WORKERS:-}" ] && XDIST="-n $PYTEST_WORKERS"
   # A kernel that hangs leaves the Python stack of its test in the log after 5 minutes.
+  # Split as the shell would, so that a quoted -k expression stays one argument.
+  eval "PYTEST_EXTRA=($PYTEST_ARGS)"
   step tests "$OUT/tests.log" python3 -m pytest tests/gpu -x -q -p no:cacheprovider -o faulthandler_timeout=300 \
-    $XDIST $PYTEST_ARGS
+    $XDIST "${PYTEST_EXTRA[@]}"
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 >> "$SUMMARY"
 fi
 
