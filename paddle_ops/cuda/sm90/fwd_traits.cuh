@@ -89,8 +89,8 @@ struct FwdTraits {
   static constexpr bool kRescaleBeforePv = kHeadDim > 128;
   // How far a row's max may lag behind its scores before it moves (OnlineSoftmax::kMaxSlack, log2
   // units); while a warp's rows all keep theirs it skips the O rescale. Under the QK wgmma
-  // (D = 256) that measured 1.04-1.08x over every row, H100; after the PV wait (D <= 128) the branch
-  // around the rescale cost up to 5% with the slack (32K full 675 -> 640) and without it.
+  // (D = 256) that measured 1.00-1.07x on every row, H100; after the PV wait (D <= 128) the FMULs
+  // hide among the softmax's exp2s, and the branch around them cost up to 5% (32K full 675 -> 640).
   static constexpr int kRowMaxSlack = kRescaleBeforePv ? 8 : 0;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads,
                 "setmaxnreg budgets exceed the registers the CTA holds");
