@@ -119,11 +119,12 @@ def grid_starts(length: int, docs: np.ndarray, shape: tuple[int, int], grid: str
 
 def tile_stats(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
                documents: list[np.ndarray] | None = None) -> dict:
-    """Over every [Sk, C] slice of indices [B, Hm, Sk, C]: the efficiency, the visited tiles and
-    the partial ones (tile_counts), and the query tiles: how many the grid has (query_tiles), how
-    many of them visit at most one or two key blocks (query_tiles_at_most_1 / _2: a tile that short
-    ends before a producer one tile ahead has the next tile's loads in) and the key blocks a query
-    tile visits on average. The partial and query-tile counts are None for "rows anchored", whose
+    """Over every [Sk, C] slice of indices [B, Hm, Sk, C]: the efficiency, the visited tiles, the
+    partial ones (those that need the element mask: a masked pair inside, or a key block shorter
+    than the tile's keys, which a kernel loads whole), and the query tiles: how many the grid has
+    (query_tiles), how many of them visit at most one or two key blocks (query_tiles_at_most_1 /
+    _2: a tile that short ends before a producer one tile ahead has the next tile's loads in) and
+    the key blocks a query tile visits on average. The partial and query-tile counts are None for "rows anchored", whose
     tiles are not fixed blocks. documents: slice_document_starts(indices, ...) where the caller has
     them already."""
     block_m, block_n = shape
@@ -153,20 +154,10 @@ def tile_stats(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[in
     return stats
 
 
-def tile_counts(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
-                documents: list[np.ndarray] | None = None) -> tuple[float, int, int | None]:
-    """(efficiency, visited tiles, partial tiles) over every [Sk, C] slice of indices [B, Hm, Sk, C].
-    Partial tiles are the visited ones that need the element mask: a masked pair inside, or a key
-    block shorter than the tile's keys (a kernel loads them all); None for "rows anchored", whose
-    tiles are not fixed blocks."""
-    stats = tile_stats(indices, causal, seqlen_q, shape, grid, documents)
-    return stats["efficiency"], stats["tiles"], stats["partial_tiles"]
-
-
 def efficiency(indices: np.ndarray, causal: bool, seqlen_q: int, shape: tuple[int, int], grid: str,
                documents: list[np.ndarray] | None = None) -> float:
     """Visible pairs / visited tile area over every [Sk, C] slice of indices [B, Hm, Sk, C]."""
-    return tile_counts(indices, causal, seqlen_q, shape, grid, documents)[0]
+    return tile_stats(indices, causal, seqlen_q, shape, grid, documents)["efficiency"]
 
 
 def main(argv=None) -> int:

@@ -47,11 +47,11 @@ def test_counts_match_the_dense_picture(builder, grid, seed):
     np.testing.assert_array_equal(np.flatnonzero(masks.document_starts(mask)[0, 0]), starts)
     shape = (32, 32)
     rows, keys = tile_efficiency.grid_starts(seqlen, starts, shape, grid)
-    got = tile_efficiency.tile_counts(mask.indices, mask.causal, seqlen, shape, grid)
+    stats = tile_efficiency.tile_stats(mask.indices, mask.causal, seqlen, shape, grid)
     want = _dense_counts(mask, seqlen, shape, rows, keys, anchored=grid == "rows anchored")
-    assert got[0] == pytest.approx(want[0], rel=1e-12)
-    assert got[1:] == want[1:]
-    assert tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid) == got[0]
+    assert stats["efficiency"] == pytest.approx(want[0], rel=1e-12)
+    assert (stats["tiles"], stats["partial_tiles"]) == want[1:]
+    assert tile_efficiency.efficiency(mask.indices, mask.causal, seqlen, shape, grid) == stats["efficiency"]
 
 
 @pytest.mark.parametrize("grid", [g for g in tile_efficiency.GRIDS if g != "rows anchored"])
