@@ -132,7 +132,7 @@ def compare(got, want, magnitudes=None) -> dict:
     return err
 
 
-def failures(err: dict, fields=("out", "lse", "dq", "dk", "dv")) -> list[str]:
+def failures(err: dict, fields=QUANTITIES) -> list[str]:
     """What of ``compare``'s errors in ``fields`` is over the norm-wise tolerances, and any output
     left unwritten or nonzero where nothing is visible (empty: the case passed)."""
     bad = [f"{k}={err[k]:.3g}" for k in ("out", "dq", "dk", "dv") if k in fields and not err[k] <= REL_TOL]

@@ -9,7 +9,7 @@ import torch
 
 from ..torch import flashmask_attention, set_output_allocator
 from .cases import Case
-from .tolerance import compare, failures, reference, reference_magnitudes
+from .tolerance import QUANTITIES, compare, failures, reference, reference_magnitudes
 
 
 def poisoned(shape, dtype, device):
@@ -74,7 +74,7 @@ def check_run(case: Case, q, k, v, dout, indices, device="cuda", **kwargs) -> di
                         **kwargs)
 
 
-def check_result(case: Case, got, q, k, v, dout, indices, fields=("out", "lse", "dq", "dk", "dv")) -> dict:
+def check_result(case: Case, got, q, k, v, dout, indices, fields=QUANTITIES) -> dict:
     """Compares ``got`` (float64 numpy out, lse, dq, dk, dv) with the fp64 reference of ``case`` on
     these inputs and ``indices`` (numpy, a tensor or None); raises AssertionError naming what of
     ``fields`` is off."""
