@@ -77,6 +77,11 @@ VARIABLES = (
              "pooled over the lists (the payloads of partial tiles past them are written inside the "
              "kernel); 0: a plan without payloads (tuning and tests).",
              "paddle_ops/cuda/sm90/bwd_launch_sm90.cu"),
+    Variable("FLASHMASK_BWD_DQ_FIRST_STORE", "1",
+             "The Hopper backward at head dims up to 128 stores each 16-row group's first dQ partial "
+             "instead of adding it to an accumulator zeroed beforehand; 0 zeroes it and adds every "
+             "partial (tuning and tests).",
+             "paddle_ops/cuda/sm90/bwd_launch_template.cuh"),
     Variable("FLASHMASK_BWD_DOCUMENT_BLOCKS", "(auto)",
              "Key blocks of the Hopper backward restarting at packed documents' starts (index masks, "
              "Sq = Sk, no block_mask, no dropout): by default at head_dim 128, and at 64 with "

@@ -75,7 +75,17 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) prepare_rows_kernel(BwdPara
     const float lse = row < p.seqlen_q ? p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + row] : -INFINITY;
     ws.lse_log2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
-  if (ws.dq_accum) {
+  if (ws.dq_first_store) {
+    // The claim words of the row groups starting in this CTA's rows, every plane: the Hopper dQ
+    // writers store each group's first partial (sm90/bwd_dq_claims.cuh), so the accumulator stays
+    // as it is.
+    const int groups = ws.seqlen_q_pad / kDqClaimRows;
+    const int g0 = (first_row + kDqClaimRows - 1) / kDqClaimRows;
+    const int g_end = min(groups, (first_row + rows_per_cta + kDqClaimRows - 1) / kDqClaimRows);
+    uint32_t* claims = ws.dq_claims + (int64_t(b) * p.heads_q + h) * ws.dq_claim_planes * groups;
+    for (int i = threadIdx.x; i < ws.dq_claim_planes * (g_end - g0); i += blockDim.x)
+      claims[i / (g_end - g0) * groups + g0 + i % (g_end - g0)] = 0u;
+  } else if (ws.dq_accum) {
     // This CTA's rows of the accumulator are one contiguous span.
     const int cols = cuda_kernel_head_dim(p.head_dim, p.head_dim_v);  // the accumulator's row (bwd_workspace.h)
     const int rows = min(rows_per_cta, ws.seqlen_q_pad - first_row);

@@ -1,5 +1,6 @@
 // The row preprocessing before the backward main loop (bwd_preprocess.cu):
 //   prepare_rows   D = rowsum(dO * O), LSE in log2 units (+inf where P must be 0), dQ accumulator zeroed
+//                  (or, with dq_first_store, its claim words: bwd_workspace.h)
 #pragma once
 
 #include "flashmask/params.h"

@@ -18,6 +18,10 @@
 //             MMA-thread order of its path's tiles, not row-major (the portable path: dq_accum_index
 //             in bwd_tile_math.cuh; the Hopper path: sm90/bwd_dq_layout.cuh), so every warp's adds
 //             cover one contiguous span; each path's dQ conversion maps it back.
+//   dq_claims uint32 [B, Hq, Dk / 32, Sq_pad / 16]  (atomic mode only) where the Hopper backward's dQ
+//             writers store the first partial of each 16-row group of dq_accum instead of adding
+//             it (dq_first_store; sm90/bwd_dq_claims.cuh): one claim word per group and plane of
+//             the accumulator's columns, zeroed by the row preparation in place of dq_accum.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +57,11 @@ struct Workspace {
   KeyBlocks key_blocks;                 // the Hopper backward's CTAs, where document-aligned
   MaskSlices slices;
   float* dq_accum = nullptr;      // nullptr in deterministic mode
+  uint32_t* dq_claims = nullptr;  // beside dq_accum
+  // Set by the Hopper launcher where its dQ writers claim groups (sm90/bwd_dq_claims.cuh): the row
+  // preparation zeroes the first dq_claim_planes planes of dq_claims and leaves dq_accum as it is.
+  bool dq_first_store = false;
+  int32_t dq_claim_planes = 0;
   int32_t seqlen_q_pad = 0;       // Sq rounded up to workspace_grid's row multiple, plus one (carve_workspace)
   int32_t n_blocks = 0;           // ceil(Sk / block_n)
   int32_t row_align = 0;          // PlanLayout::row_align
@@ -63,6 +72,11 @@ struct Workspace {
 };
 
 inline size_t align256(size_t bytes) { return (bytes + 255) & ~size_t(255); }
+
+// dq_claims' grid: a word per kDqClaimRows rows (the Hopper tiles' row alignment, a multiple of
+// which every path's row padding is) and plane of at least 32 of the accumulator's columns.
+constexpr int kDqClaimRows = kSm90RowAlign;
+constexpr int max_dq_claim_planes(int kernel_dim) { return (kernel_dim + 31) / 32; }
 
 // What the backward's mask plan holds: the bounds of the fixed key blocks of block_n keys (read by
 // every path), with document_blocks the Hopper backward's document-aligned key blocks, and with
@@ -149,7 +163,10 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
     void* at = take(plan.bytes(p));
     if (at != nullptr) plan.carve(p, at, &w);
   }
-  if (!p.deterministic) w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
+  if (!p.deterministic) {
+    w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
+    w.dq_claims = reinterpret_cast<uint32_t*>(take(rows / kDqClaimRows * max_dq_claim_planes(kernel_dim) * sizeof(uint32_t)));
+  }
   if (ws) *ws = w;
   return off;
 }

@@ -2,11 +2,13 @@
 // Each kBlockM rows of dq_accum are read as kDqChunksTotal chunks (dq_chunk_in_workspace,
 // dq_value_offset: bwd_dq_layout.cuh); a CTA of one warpgroup per chunk replays the dQ TiledMMA's
 // partition to find each value's (row, column), stages the cast rows in shared memory and writes
-// whole rows with 16-byte stores. One CTA per (kBlockM rows, head_q, batch).
+// whole rows with 16-byte stores (zeros for the rows no tile wrote, bwd_dq_claims.cuh). One CTA per
+// (kBlockM rows, head_q, batch).
 #pragma once
 
 #include <cute/tensor.hpp>
 
+#include "bwd_dq_claims.cuh"
 #include "bwd_dq_layout.cuh"
 
 namespace flashmask {
@@ -25,12 +27,18 @@ __global__ void __launch_bounds__(128 * Traits::kDqChunksTotal) bwd_convert_dq_k
   const int32_t m0 = blockIdx.x * kBlockM, head_q = blockIdx.y, b = blockIdx.z;
   const float* chunk_values = dq_chunk_in_workspace<Traits>(p, ws, b, head_q, m0, chunk);
 
+  // Where dQ writers claim row groups (bwd_dq_claims.cuh) a group no tile claimed was never
+  // written: its dQ is 0. A group is one warp's 16 rows of the chunk (dq_value_offset).
+  const bool written =
+      !ws.dq_first_store || *dq_claim_word<Traits>(p, ws, b, head_q, m0, chunk, tidx / 32) != 0;
+
   typename Traits::TiledMmadQ mma;
   Tensor coord = mma.get_thread_slice(tidx).partition_C(
       make_identity_tensor(Shape<Int<Traits::kDqRows>, Int<Traits::kDqCols>>{}));
   CUTE_UNROLL
   for (int i = 0; i < size(coord); i += 4) {
-    const float4 f = *reinterpret_cast<const float4*>(chunk_values + dq_value_offset<Traits>(tidx, i));
+    const float4 f = written ? *reinterpret_cast<const float4*>(chunk_values + dq_value_offset<Traits>(tidx, i))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
     const float v[4] = {f.x, f.y, f.z, f.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; ++j) {

@@ -1,10 +1,9 @@
-// Path selection and launch of the Hopper backward (bwd_sm90.h): the shared row preprocessing of the
-// portable backward (the block bounds come with the call's mask plan, ../bwd_launch.cu), then the
-// (dtype, head dim) sm90 kernels.
+// Path selection and launch of the Hopper backward (bwd_sm90.h): the (dtype, head dim) sm90 kernels,
+// which run the portable backward's row preprocessing first (the block bounds come with the call's
+// mask plan, ../bwd_launch.cu).
 #include <algorithm>
 #include <cstdio>
 
-#include "../bwd_preprocess.h"
 #include "../bwd_tile_shape.h"
 #include "../utils.cuh"
 #include "flashmask/env.h"
@@ -64,7 +63,6 @@ void run_bwd_sm90(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t str
   if (ws.seqlen_q_pad % bwd::workspace_grid(sm90::kernel_head_dim(p)).row_multiple != 0 ||
       (ws.row_align != 0 && ws.row_align != bwd::kSm90RowAlign) || (ws.dq_accum == nullptr) != p.deterministic)
     throw std::runtime_error("flashmask run_bwd_sm90: workspace not laid out for the sm90 backward");
-  bwd::launch_prepare_rows(p, ws, stream);
   sm90::dispatch_instantiation(p.dtype, sm90::kernel_head_dim(p), "run_bwd_sm90", [&](auto e, auto d) {
     sm90::run_bwd_sm90_kernels<decltype(e), decltype(d)::value>(p, ws, stream);
   });

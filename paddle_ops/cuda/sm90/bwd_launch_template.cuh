@@ -6,7 +6,9 @@
 #include <type_traits>
 
 #include "../bwd_launch_template.cuh"
+#include "../bwd_preprocess.h"
 #include "../utils.cuh"
+#include "flashmask/env.h"
 #include "bwd_convert_dq.cuh"
 #include "bwd_kernel.cuh"
 #include "bwd_mask_payload.cuh"
@@ -68,6 +70,18 @@ void with_step_shape(const BwdParams& p, F&& f) {
   }
 }
 
+// The workspace as a shape with dQ writers uses it: they store each row group's first partial
+// instead of adding it to a zeroed accumulator (bwd_dq_claims.cuh), unless
+// FLASHMASK_BWD_DQ_FIRST_STORE=0.
+template <class Traits>
+bwd::Workspace with_dq_claims(const bwd::Workspace& ws) {
+  bwd::Workspace w = ws;
+  w.dq_first_store = Traits::kCanWriteDqUnderDk && ws.dq_claims != nullptr &&
+                     env_switch("FLASHMASK_BWD_DQ_FIRST_STORE") != EnvSwitch::kOff;
+  w.dq_claim_planes = w.dq_first_store ? Traits::kDqColChunks : 0;
+  return w;
+}
+
 template <typename Element, int kHeadDim>
 void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStream_t stream) {
   using Traits = BwdTraits<Element, kHeadDim>;
@@ -76,6 +90,7 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   // Deterministic: dK/dV here (no atomics anywhere), dQ by the portable kernel that walks each query
   // block's key blocks in ascending order.
   if (p.deterministic) {
+    bwd::launch_prepare_rows(p, ws, stream);
     run_bwd_sm90_shape<Traits, false, false>(p, ws, stream);
     bwd::launch_deterministic_dq<bwd::Traits<kHeadDim, Element>>(p, ws, stream);
     return;
@@ -83,7 +98,10 @@ void run_bwd_sm90_kernels(const BwdParams& p, const bwd::Workspace& ws, cudaStre
   // Dropout is non-deterministic only here (bwd_sm90_selected leaves deterministic dropout to the
   // portable kernels).
   with_step_shape<Element, kHeadDim>(p, [&](auto shape, auto dropout) {
-    run_bwd_sm90_shape<typename decltype(shape)::type, true, decltype(dropout)::value>(p, ws, stream);
+    using StepTraits = typename decltype(shape)::type;
+    const bwd::Workspace w = with_dq_claims<StepTraits>(ws);
+    bwd::launch_prepare_rows(p, w, stream);
+    run_bwd_sm90_shape<StepTraits, true, decltype(dropout)::value>(p, w, stream);
   });
 }
 

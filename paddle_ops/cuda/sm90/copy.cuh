@@ -37,6 +37,18 @@ __device__ __forceinline__ void bulk_reduce_add_s2g(float* gmem_dst, const float
                : "memory");
 }
 
+// 1-D bulk copy shared -> global (16-byte aligned, multiple of 16 bytes), in the calling thread's
+// bulk group, as bulk_reduce_add_s2g.
+__device__ __forceinline__ void bulk_copy_s2g(void* gmem_dst, const void* smem_src, uint32_t bytes) {
+  const uint32_t src = (uint32_t)__cvta_generic_to_shared(smem_src);
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem_dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+
+// Waits until the calling thread's bulk groups have completed, their writes to global memory
+// included (cute::tma_store_wait waits for their reads of shared memory only).
+__device__ __forceinline__ void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // stmatrix of four 8 x 8 16-bit blocks (one register each) to a 32-bit shared-memory address.
 __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
