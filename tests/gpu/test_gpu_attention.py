@@ -119,6 +119,23 @@ def test_backward_slice_groups_of_causal_attention(head_dim):
                causal=True, indices=None, seed=SEED + 1300 + head_dim))
 
 
+@pytest.mark.parametrize("first_store", ["1", "0"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_dq_first_writer_stores_instead_of_adding(head_dim, first_store, monkeypatch):
+    """The Hopper backward's dQ writers store each 16-row group's first partial and add the later
+    ones (sm90/bwd_dq_claims.cuh), so its accumulator is never zeroed (the workspace here starts
+    as 0xFF bytes, NaN): up to 9 key blocks over the same rows, claimed in whatever order the CTAs
+    meet them; causal rows with Sq > Sk whose first 300 rows see no key, so no writer claims their
+    groups and the conversion must write their zeros; index masks whose tiles start at any 16th
+    row; GQA. FLASHMASK_BWD_DQ_FIRST_STORE=0 adds every partial into a zeroed accumulator."""
+    monkeypatch.setenv("FLASHMASK_BWD_DQ_FIRST_STORE", first_store)
+    check(Case(batch=2, seqlen_q=1000, seqlen_k=700, heads_q=4, heads_k=2, head_dim=head_dim, dtype="bf16",
+               causal=True, indices=None, seed=SEED + 2000 + head_dim))
+    for form in ((True, 2), (False, 4)):
+        check(fuzzed_case(form, seed_offset=2100 + head_dim, batch=2, seqlen_q=1111, seqlen_k=1050, heads_q=4,
+                          heads_k=2, mask_heads=2, head_dim=head_dim))
+
+
 @pytest.mark.parametrize("form", [(True, 2), (False, 4)], ids=form_id)
 def test_tile_order_over_several_l2_sections(form):
     """Under index masks the Hopper forward runs its tiles longest list first inside sections of
