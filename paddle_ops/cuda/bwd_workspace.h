@@ -165,7 +165,8 @@ inline size_t carve_workspace(const BwdParams& p, const PlanLayout& plan, void* 
   }
   if (!p.deterministic) {
     w.dq_accum = reinterpret_cast<float*>(take(rows * kernel_dim * sizeof(float)));
-    w.dq_claims = reinterpret_cast<uint32_t*>(take(rows / kDqClaimRows * max_dq_claim_planes(kernel_dim) * sizeof(uint32_t)));
+    const int64_t claim_words = rows / kDqClaimRows * max_dq_claim_planes(kernel_dim);
+    w.dq_claims = reinterpret_cast<uint32_t*>(take(claim_words * sizeof(uint32_t)));
   }
   if (ws) *ws = w;
   return off;
