@@ -67,7 +67,7 @@ __device__ __forceinline__ void write_dq(const BwdKernelParams<Traits>& kp, type
         // Every group already published (or no claims), the usual case: one reduce-add of the chunk,
         // as without claims, and no fence. The reduce is issued only once the claims' values are
         // back, after their publishers' stores completed; an acquire fence before it held the writer
-        // long enough to cost 2-7% on long rows (bwd_dq_claims.cuh).
+        // long enough to cost 2-7% on most rows (kernel_h100_bwd_dq_first_store_ab.json).
         constexpr unsigned kEveryGroup = (1u << kGroups) - 1;
         if (__ballot_sync(0xffffffffu, owner && claim >= kClaimPublished) == (claims ? kEveryGroup : 1u)) {
           if (lane == 0) bulk_reduce_add_s2g(dst, src, kBytes);
