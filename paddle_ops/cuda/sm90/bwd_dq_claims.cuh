@@ -40,9 +40,7 @@ constexpr int dq_claim_groups() {
 template <class Traits>
 __device__ __forceinline__ uint32_t* dq_claim_word(const BwdParams& p, const bwd::Workspace& ws, int b, int head_q,
                                                    int32_t row0, int chunk, int group) {
-  const int64_t plane = (int64_t(b) * p.heads_q + head_q) * Traits::kDqColChunks +
-                        dq_chunk_col0<Traits>(chunk) / Traits::kDqCols;
-  return ws.dq_claims + plane * (ws.seqlen_q_pad / bwd::kDqClaimRows) +
+  return ws.dq_claims + dq_plane<Traits>(p, b, head_q, chunk) * (ws.seqlen_q_pad / bwd::kDqClaimRows) +
          (row0 + dq_chunk_row0<Traits>(chunk)) / bwd::kDqClaimRows + group;
 }
 

@@ -42,13 +42,19 @@ __host__ __device__ constexpr int dq_chunk_col0(int chunk) {
   return Traits::kDqColChunks == 1 ? 0 : chunk % Traits::kDqColChunks * Traits::kDqCols;
 }
 
+// The plane of the workspace, over every (batch, query head), that dQ chunk `chunk` of query head
+// head_q lies in; the claim words of bwd_dq_claims.cuh are laid out by the same planes.
+template <class Traits>
+__device__ __forceinline__ int64_t dq_plane(const BwdParams& p, int b, int head_q, int chunk) {
+  return (int64_t(b) * p.heads_q + head_q) * Traits::kDqColChunks + dq_chunk_col0<Traits>(chunk) / Traits::kDqCols;
+}
+
 // The first value of dQ chunk `chunk` of the tile whose rows start at row0 (a multiple of 16) of
 // query head head_q, in the workspace.
 template <class Traits>
 __device__ __forceinline__ float* dq_chunk_in_workspace(const BwdParams& p, const bwd::Workspace& ws, int b,
                                                         int head_q, int32_t row0, int chunk) {
-  const int64_t plane = (int64_t(b) * p.heads_q + head_q) * Traits::kDqColChunks +
-                        dq_chunk_col0<Traits>(chunk) / Traits::kDqCols;
+  const int64_t plane = dq_plane<Traits>(p, b, head_q, chunk);
   return ws.dq_accum + (plane * ws.seqlen_q_pad + row0 + dq_chunk_row0<Traits>(chunk)) * Traits::kDqCols;
 }
 
