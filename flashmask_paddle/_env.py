@@ -126,6 +126,9 @@ VARIABLES = (
     # Tests and benchmarks
     Variable("FLASHMASK_TEST_SEED", "(fresh)", "Seed of the tests' random inputs (printed on failure).",
              "tests/conftest.py"),
+    Variable("FLASHMASK_TEST_SHARD", "(all)",
+             "I/N: run every N-th collected test from the I-th, so that N runs cover a suite once "
+             "(tools/device/gpu_check.sh --shard).", "tests/conftest.py"),
     Variable("FLASHMASK_CI_BUILD_DIR", "/tmp/flashmask_ci_build", "Build folder of the CUDA compile check.",
              "tests/test_cuda_build.py"),
     Variable("FLASHMASK_CI_JOBS", "min(2, CPU count)", "Parallel jobs of the CUDA compile check.", "tests/test_cuda_build.py"),

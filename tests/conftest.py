@@ -21,6 +21,24 @@ def pytest_report_header(config):
         return f"flashmask op library: not found ({err})"
 
 
+def pytest_collection_modifyitems(config, items):
+    """FLASHMASK_TEST_SHARD=I/N keeps every N-th collected test from the I-th (0 <= I < N), so that a
+    suite too long for one sitting runs as N disjoint parts that together cover it (tests/gpu on a
+    lent GPU: tools/device/gpu_check.sh --shard)."""
+    spec = os.environ.get("FLASHMASK_TEST_SHARD")
+    if not spec:
+        return
+    try:
+        index, count = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"FLASHMASK_TEST_SHARD={spec!r}: expected I/N, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"FLASHMASK_TEST_SHARD={spec!r}: I must lie in [0, N)")
+    kept = items[index::count]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % count != index])
+    items[:] = kept
+
+
 def pytest_terminal_summary(terminalreporter):
     cases = sys.modules.get("flashmask_paddle.testing.tolerance")  # only when the op tests ran
     if cases is None or not cases.WORST:

@@ -16,6 +16,8 @@
 #                    into one JSON: "ARGS1 ;; ARGS2" (e.g. a core matrix, then a few extra rows)
 #   --no-tests       skip pytest          --no-sanitize   skip compute-sanitizer
 #   --pytest "ARGS"  extra pytest arguments, split as the shell splits them (e.g. "-k 'causal or 256'")
+#   --shard I/N      run every N-th test of tests/gpu from the I-th (FLASHMASK_TEST_SHARD, tests/conftest.py):
+#                    N runs, I = 0 .. N-1, cover the suite once, e.g. across calls shorter than the suite
 #   --fuzz N         also run N random fuzz cases on the GPU (--jobs FUZZ_JOBS, default 16) into
 #                    fuzz_cuda.json
 #   --lib PATH       use a libflashmask.so built elsewhere (e.g. by tests/test_cuda_build.py for
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --pytest) PYTEST_ARGS="$2"; shift 2 ;;
     --lib) PREBUILT="$2"; shift 2 ;;
     --fuzz) FUZZ_CASES="$2"; shift 2 ;;
+    --shard) export FLASHMASK_TEST_SHARD="$2"; shift 2 ;;
     *) echo "unknown option $1 (see the top of $0)"; exit 2 ;;
   esac
 done
@@ -63,7 +66,7 @@ step() {  # step NAME LOG CMD...: runs CMD, logs, records time and status
   return $rc
 }
 
-note "gpu_check $(date -u +%FT%TZ) commit ${FLASHMASK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} archs=$ARCHS"
+note "gpu_check $(date -u +%FT%TZ) commit ${FLASHMASK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} archs=$ARCHS${FLASHMASK_TEST_SHARD:+ test shard $FLASHMASK_TEST_SHARD}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$SUMMARY"
 
