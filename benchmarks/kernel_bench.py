@@ -364,6 +364,11 @@ def plot(rows, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def case_key(r: dict) -> tuple:
+    """What one case of the matrix is, whichever implementation's row r is (--resume)."""
+    return (r["mask"], r["seqlen"], r["batch"], r["heads"], r["heads_k"], r["head_dim"], r["dtype"], r.get("dropout", 0.0))
+
+
 class ResultFile:
     """--json: rewritten with every row so far after each row set (what a timeout leaves), after
     the rows of the file found at start with --append."""
@@ -371,6 +376,16 @@ class ResultFile:
     def __init__(self, path: Path, append: bool):
         self.path = path
         self.previous = json.loads(path.read_text()) if append and path.is_file() else {"meta": {}, "rows": []}
+
+    def resume(self, key: tuple, impl_names: list) -> bool:
+        """--resume: whether the file found at start holds a row of every implementation of case
+        `key` (a failed or skipped one counts: it would fail again); a case cut short by a timeout
+        loses its rows there, to be measured again."""
+        rows = [r for r in self.previous["rows"] if case_key(r) == key]
+        if {r["impl"] for r in rows} >= set(impl_names):
+            return True
+        self.previous["rows"] = [r for r in self.previous["rows"] if case_key(r) != key]
+        return False
 
     def write(self, meta: dict, rows: list, wall_s: float) -> list:
         """Writes the run's rows after the previous ones; returns them all."""
@@ -416,6 +431,9 @@ def parse_args(argv):
     p.add_argument("--png", type=Path, default=None, help="default: the --json path with .png")
     p.add_argument("--append", action="store_true",
                    help="add the rows to an existing --json (its meta keeps every command)")
+    p.add_argument("--resume", action="store_true",
+                   help="--append, skipping the cases the --json already has a row of every implementation "
+                        "of: the same command again finishes a run that a time limit cut short")
     p.add_argument("--kernel-time", action="store_true",
                    help="also the summed kernel time per call from torch.profiler (fwd_kernel_ms, "
                         "bwd_kernel_ms and their TFLOP/s; not with --smoke)")
@@ -458,7 +476,8 @@ def main(argv=None) -> int:
                            "(list order in even rounds, reversed in odd ones: ABBA), median over the rounds")
     rows = []
     t_start = time.time()
-    result = ResultFile(args.json, args.append)
+    result = ResultFile(args.json, args.append or args.resume)
+    impl_names = [impl.name for impl in impls]
 
     def done(row):
         rows.append(row)
@@ -472,14 +491,17 @@ def main(argv=None) -> int:
             for dt_name in args.dtypes:
                 for heads_k in args.heads_k:
                     for mask_name in args.masks:
+                        key = {"mask": mask_name, "seqlen": seqlen, "batch": batch, "heads": args.heads,
+                               "heads_k": heads_k, "head_dim": head_dim, "dtype": "fp32" if smoke else dt_name}
+                        if args.dropout:
+                            key["dropout"] = args.dropout
+                        if args.resume and result.resume(case_key(key), impl_names):
+                            print(f"kernel_bench: {mask_name} S={seqlen} Hk={heads_k} D={head_dim} {key['dtype']}: "
+                                  f"in {args.json} already (--resume)", flush=True)
+                            continue
                         case = make_case(torch, mask_name, seqlen, batch, args.heads, heads_k, head_dim,
                                          dtypes[dt_name], args.seed, args.dropout)
-                        base = {"mask": mask_name, "seqlen": seqlen, "batch": batch, "heads": args.heads,
-                                "heads_k": heads_k, "head_dim": head_dim,
-                                "dtype": "fp32" if smoke else dt_name, "density": round(case["density"], 4),
-                                "pairs": case["pairs"]}
-                        if args.dropout:
-                            base["dropout"] = args.dropout
+                        base = {**key, "density": round(case["density"], 4), "pairs": case["pairs"]}
                         bench_case(torch, impls, case, base, args, done)
                         del case
                         if not smoke:

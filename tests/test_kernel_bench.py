@@ -45,6 +45,7 @@ def smoke(tmp_path, monkeypatch):
                                   "--png", str(tmp_path / "kernel.png"), *args]) == 0
         return json.loads(out.read_text()), timed
 
+    run.timed = timed
     return run
 
 
@@ -108,6 +109,41 @@ def test_append_keeps_the_rows_and_commands_of_the_file_found_at_start(smoke):
     assert both["meta"]["command"] == first["meta"]["command"] + " ;; " + first["meta"]["command"] + " --append"
     again, _ = smoke()
     assert len(again["rows"]) == 4, "without --append the file is rewritten"
+
+
+def test_resume_skips_complete_cases_and_drops_the_rows_of_partial_ones(tmp_path):
+    def row(impl, mask, **kw):
+        return {"impl": impl, "mask": mask, "seqlen": 8192, "batch": 4, "heads": 16, "heads_k": 16,
+                "head_dim": 128, "dtype": "bf16", "fwd_ms": 1.0, **kw}
+    rows = [row("flashmask", "causal"), row("cudnnflex", "causal", error="oom"),
+            row("flashmask", "document"), row("flashmask", "document", dropout=0.1)]
+    path = tmp_path / "kernel.json"
+    path.write_text(json.dumps({"meta": {"command": "kernel_bench.py"}, "rows": rows}))
+    result = kernel_bench.ResultFile(path, append=True)
+    impls = ["flashmask", "cudnnflex"]
+    assert result.resume(kernel_bench.case_key(row("x", "causal")), impls), "a failed row counts as done"
+    assert not result.resume(kernel_bench.case_key(row("x", "document")), impls)
+    assert result.previous["rows"] == rows[:2] + rows[3:], "only the partial case's rows go"
+    assert result.resume(kernel_bench.case_key(row("x", "document", dropout=0.1)), ["flashmask"])
+    assert not result.resume(kernel_bench.case_key(row("x", "full")), impls)
+
+
+def test_resume_finishes_a_run_cut_short_without_measuring_a_case_twice(smoke, tmp_path):
+    """A run stopped inside its second case (one of its two rows written): --resume skips the first
+    case, measures the second again in place of its partial row, and leaves one row per case and
+    implementation."""
+    first, _ = smoke()
+    assert [r["mask"] for r in first["rows"]] == ["causal", "causal", "causal_document", "causal_document"]
+    cut = dict(first, rows=first["rows"][:3])
+    (tmp_path / "kernel.json").write_text(json.dumps(cut))
+    before = len(smoke.timed)
+    resumed, timed = smoke("--resume")
+    assert {mask for _, mask in timed[before:]} == {"causal_document"}, "the complete case is not timed again"
+    assert resumed["rows"][:2] == first["rows"][:2]
+    assert sorted((r["impl"], r["mask"]) for r in resumed["rows"]) == sorted((r["impl"], r["mask"]) for r in first["rows"])
+    done, timed_again = smoke("--resume")
+    assert len(timed_again) == len(timed), "nothing is left to time"
+    assert len(done["rows"]) == 4
 
 
 def test_kernel_breakdown_writes_its_rows_with_their_provenance(tmp_path):
