@@ -366,7 +366,8 @@ def plot(rows, path: Path) -> None:
 
 def case_key(r: dict) -> tuple:
     """What one case of the matrix is, whichever implementation's row r is (--resume)."""
-    return (r["mask"], r["seqlen"], r["batch"], r["heads"], r["heads_k"], r["head_dim"], r["dtype"], r.get("dropout", 0.0))
+    return (r["mask"], r["seqlen"], r["batch"], r["heads"], r["heads_k"], r["head_dim"], r["dtype"],
+            r.get("dropout", 0.0))
 
 
 class ResultFile:

@@ -140,7 +140,9 @@ def test_resume_finishes_a_run_cut_short_without_measuring_a_case_twice(smoke, t
     resumed, timed = smoke("--resume")
     assert {mask for _, mask in timed[before:]} == {"causal_document"}, "the complete case is not timed again"
     assert resumed["rows"][:2] == first["rows"][:2]
-    assert sorted((r["impl"], r["mask"]) for r in resumed["rows"]) == sorted((r["impl"], r["mask"]) for r in first["rows"])
+    def measured(result):
+        return sorted((r["impl"], r["mask"]) for r in result["rows"])
+    assert measured(resumed) == measured(first)
     done, timed_again = smoke("--resume")
     assert len(timed_again) == len(timed), "nothing is left to time"
     assert len(done["rows"]) == 4
