@@ -8,8 +8,12 @@ its ratio to the first library's.
         --json benchmarks/results/kernel_h200_X_ab.json -- --impls flashmask --seqlens 8192 --masks causal
 
 Everything after ``--`` goes to kernel_bench.py (not --json, --png or --append: each process writes
-its own). One process per library keeps each process on one library (the torch binding loads one
-per process, FLASHMASK_LIB). ``--env NAME:VAR=VALUE`` sets a variable in build NAME's processes, so
+its own). One process per library keeps each process on one library (FLASHMASK_LIB).
+``--in-process`` instead runs one kernel_bench process that times every build as a variant of ours
+(``--variant NAME:FLASHMASK_LIB=PATH``), the builds alternating window by window (its ``--rounds``,
+ABBA): no process start per round, and the windows compared lie seconds apart, where the GPU's
+clock under its power cap moves least (benchmarks/README.md, timing spread). Its rows are written one
+per (library, round) as the processes' are. ``--env NAME:VAR=VALUE`` sets a variable in build NAME's processes, so
 that one library under a kernel switch is a build of its own (``--lib pool0=LIB --env
 pool0:FLASHMASK_X=0`` beside ``--lib default=LIB``), alternating with the others as processes;
 kernel_bench's own --variant compares switches inside one process. Processes rather than rows
@@ -69,7 +73,10 @@ def parse_args(argv):
                    help="a library build to time (at least two; the first is the baseline of the ratios)")
     p.add_argument("--env", type=parse_env, action="append", default=[], metavar="NAME:VAR=VALUE",
                    help="an environment variable of build NAME's processes (repeatable)")
-    p.add_argument("--rounds", type=int, default=2, help="processes per library, alternating (ABBA)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="processes per library, alternating (ABBA); --in-process: timing windows per library")
+    p.add_argument("--in-process", action="store_true",
+                   help="every library in one kernel_bench process, alternating window by window")
     p.add_argument("--json", type=Path, required=True)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per kernel_bench process")
     p.add_argument("--bench", type=Path, default=KERNEL_BENCH, help=argparse.SUPPRESS)  # tests
@@ -97,6 +104,15 @@ def parse_args(argv):
     for flag in OWN_OUTPUTS:
         if any(a == flag or a.startswith(flag + "=") for a in args.bench_args):
             p.error(f"kernel_bench argument {flag}: each process writes its own output, leave it out")
+    if args.in_process:
+        for flag in ("--rounds", "--variant"):
+            if any(a == flag or a.startswith(flag + "=") for a in args.bench_args):
+                p.error(f"kernel_bench argument {flag}: --in-process sets it from --rounds and --lib")
+        for name, env in args.envs.items():
+            for var, value in env.items():
+                if not var.startswith("FLASHMASK_") or "," in value:
+                    p.error(f"--env {name}:{var}={value}: --in-process sets only FLASHMASK_* variables "
+                            "(without commas) around a build's calls")
     return args
 
 
@@ -110,18 +126,63 @@ def describe(path: Path) -> dict:
     return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def run_bench(bench: Path, bench_args: list[str], lib: Path, out: Path, timeout: float,
+def run_bench(bench: Path, bench_args: list[str], lib: Path | None, out: Path, timeout: float,
               extra_env: dict | None = None) -> dict:
     """One kernel_bench process on `lib` (with `extra_env` set); returns its JSON. Raises
     RuntimeError with the log's tail."""
-    env = dict(os.environ, **(extra_env or {}), FLASHMASK_LIB=str(lib.resolve()))
+    env = dict(os.environ, **(extra_env or {}))
+    if lib is not None:  # None: --in-process, the builds are kernel_bench's variants
+        env["FLASHMASK_LIB"] = str(lib.resolve())
     cmd = [sys.executable, str(bench), *bench_args, "--json", str(out), "--png", str(out.with_suffix(".png"))]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not out.is_file():
         tail = (proc.stdout + proc.stderr)[-2000:]
         with_env = "".join(f" {k}={v}" for k, v in (extra_env or {}).items())
-        raise RuntimeError(f"kernel_bench on {lib}{with_env} exited with {proc.returncode}:\n{tail}")
+        raise RuntimeError(f"kernel_bench on {lib or 'every library'}{with_env} exited with {proc.returncode}:\n{tail}")
     return json.loads(out.read_text())
+
+
+def in_process_args(bench_args: list[str], names: list[str], paths: dict, envs: dict, rounds: int) -> list[str]:
+    """kernel_bench's arguments for --in-process: each library a variant of ours (flashmask:NAME)
+    under its --env, the plain flashmask implementation dropped from --impls (the peers named there
+    stay), and --rounds."""
+    args, impls, i = [], None, 0
+    while i < len(bench_args):
+        if bench_args[i] == "--impls":
+            impls, i = [], i + 1
+            while i < len(bench_args) and not bench_args[i].startswith("--"):
+                impls.append(bench_args[i])
+                i += 1
+        else:
+            args.append(bench_args[i])
+            i += 1
+    args += ["--impls", *[impl for impl in (impls or ["flashmask"]) if impl != "flashmask"]]
+    for name in names:
+        env = "".join(f",{var}={value}" for var, value in envs[name].items())
+        args += ["--variant", f"{name}:FLASHMASK_LIB={paths[name].resolve()}{env}"]
+    return args + ["--rounds", str(rounds)]
+
+
+def rows_per_round(result: dict, names: list[str]) -> list[dict]:
+    """An --in-process run's rows as the processes' would be: one per (library, round) for each of
+    ours (impl flashmask, labelled with its library), its times and TFLOP/s those of the round."""
+    rows = []
+    for r in result["rows"]:
+        name = r["impl"].partition(":")[2]
+        if not r["impl"].startswith("flashmask:") or name not in names:
+            rows.append(dict(r, library="peers", round=0))
+            continue
+        per_round = {phase: r.get(f"{phase}_ms_rounds") or ([r[f"{phase}_ms"]] if r.get(f"{phase}_ms") else [])
+                     for phase in PHASES}
+        for rnd in range(max(len(times) for times in per_round.values()) if any(per_round.values()) else 1):
+            row = {k: v for k, v in r.items() if not k.endswith("_rounds")}
+            row.update(impl="flashmask", library=name, round=rnd)
+            for phase, times in per_round.items():
+                if rnd < len(times):
+                    row[f"{phase}_ms"] = times[rnd]
+                    row[f"{phase}_tflops"] = round(r[f"{phase}_tflops"] * r[f"{phase}_ms"] / times[rnd], 1)
+            rows.append(row)
+    return rows
 
 
 def summarize(rows: list[dict], names: list[str]) -> list[dict]:
@@ -132,6 +193,8 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict]:
         groups.setdefault((r["impl"], kernel_bench.row_key(r)), {}).setdefault(r["library"], []).append(r)
     summary = []
     for by_lib in groups.values():
+        if not any(name in by_lib for name in names):  # an --in-process run's peers: not an A/B row
+            continue
         first = next(iter(by_lib.values()))[0]
         entry = {k: first[k] for k in DESCRIBING if k in first}
         for phase in PHASES:
@@ -174,7 +237,9 @@ def write_result(args, argv, names: list[str], paths: dict, rows: list[dict], me
     device = metas[0].get("device", "unknown") if metas else "unknown"
     meta = provenance.record("ab_libraries.py " + " ".join(argv), device,
                              dirty_paths=["benchmarks/ab_libraries.py", *kernel_bench.SOURCES])
-    meta.update(rounds=args.rounds, order=[f"{r}:{n}" for r, n in process_order(names, args.rounds)],
+    order = (["in one process, per row: " + " ".join(f"{r}:{n}" for r, n in process_order(names, args.rounds))]
+             if args.in_process else [f"{r}:{n}" for r, n in process_order(names, args.rounds)])
+    meta.update(rounds=args.rounds, in_process=args.in_process, order=order,
                 libraries={name: dict(describe(paths[name]), env=args.envs[name]) for name in names},
                 processes=metas, failed=failed, complete=complete)
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -187,6 +252,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     names = [name for name, _ in args.lib]
     paths = dict(args.lib)
+    if args.in_process:
+        return run_in_process(args, argv, names, paths)
     rows, metas, failed = [], [], []
     order = process_order(names, args.rounds)
     with tempfile.TemporaryDirectory(prefix="ab_libraries_") as tmp:
@@ -209,6 +276,31 @@ def main(argv=None) -> int:
             summary = write_result(args, argv, names, paths, rows, metas, failed, complete=i + 1 == len(order))
     print(table(summary, names))
     print(f"wrote {args.json}" + (f" ({len(failed)} of {len(order)} processes failed)" if failed else ""))
+    return 1 if failed else 0
+
+
+def run_in_process(args, argv, names: list[str], paths: dict) -> int:
+    """--in-process: one kernel_bench process timing every library (in_process_args)."""
+    rows, metas, failed = [], [], []
+    bench_args = in_process_args(args.bench_args, names, paths, args.envs, args.rounds)
+    with tempfile.TemporaryDirectory(prefix="ab_libraries_") as tmp:
+        out = Path(tmp) / "run.json"
+        try:
+            result = run_bench(args.bench, bench_args, None, out, args.timeout)
+            error = None
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            error = str(e) if isinstance(e, RuntimeError) else f"kernel_bench timed out after {e.timeout:g} s"
+            # kernel_bench rewrites its JSON after every row: keep the rows a failed run finished
+            result = json.loads(out.read_text()) if out.is_file() else None
+        if result is not None:
+            metas.append(result["meta"])
+            rows = rows_per_round(result, names)
+    if error is not None:
+        failed.append({"library": "all", "round": 0, "error": error[-2000:]})
+        print(f"ab_libraries: the in-process run failed: {error}", file=sys.stderr, flush=True)
+    summary = write_result(args, argv, names, paths, rows, metas, failed, complete=True)
+    print(table(summary, names))
+    print(f"wrote {args.json}" + (" (the run failed)" if failed else ""))
     return 1 if failed else 0
 
 

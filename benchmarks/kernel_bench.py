@@ -19,9 +19,11 @@ of back-to-back calls (compilation and autotuning happen in warm-up and are repo
 the timed warm-up brings the clocks back up after the GPU idled, e.g. through a Flex compile: the
 H200 idles at 345 MHz, and a few calls of a millisecond left 5-10% between runs of the same code). Our mask
 plan, like the peers' plans and block masks, is built once per mask and reported apart (mask_plan_ms);
---variant NAME:FLASHMASK_MASK_PLAN=0 times ours preprocessing its mask inside every call. Every implementation of a row is set up (first calls, compile_s) before any is
-timed; --rounds N then times them N times, in list order in even rounds and reversed in odd ones
-(ABBA), and reports the medians over the rounds (per-round GPU times as fwd_ms_rounds,
+--variant NAME:FLASHMASK_MASK_PLAN=0 times ours preprocessing its mask inside every call, --variant
+NAME:FLASHMASK_LIB=PATH ours on another build in the same process (a build's A/B with no process
+between its windows: ab_libraries.py --in-process). Every implementation of a row is set up (first
+calls, compile_s) before any is timed; --rounds N then times them N times, in list order in even
+rounds and reversed in odd ones (ABBA), and reports the medians over the rounds (per-round GPU times as fwd_ms_rounds,
 bwd_ms_rounds): timed one after the other, always in the same order, identical configurations
 drifted up to 5% apart as the GPU heats up at its power limit. --kernel-time adds each call's
 summed kernel time from torch.profiler, in one pass after the rounds (GPU work only: a call whose
@@ -199,14 +201,14 @@ def prepare(torch, impl, case, row: dict, dropout: float, backward: bool = True)
 
 
 def cross_check(prepared) -> None:
-    """Every other implementation's forward output against ours (variants too), as the row's
-    rel_err_vs_flashmask."""
-    ours = next((p.output for p in prepared if p.impl.name == "flashmask" and p.output is not None), None)
-    if ours is None:
+    """Every other implementation's forward output against ours (the first of ours in the row:
+    plain flashmask, else the first --variant), as the row's rel_err_vs_flashmask."""
+    reference = next((p for p in prepared if is_ours(p.impl.name) and p.output is not None), None)
+    if reference is None:
         return
-    ours = ours.float()
+    ours = reference.output.float()
     for p in prepared:
-        if p.impl.name != "flashmask" and p.output is not None:
+        if p is not reference and p.output is not None:
             theirs = p.output.float()
             err = float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
             p.row["rel_err_vs_flashmask"] = round(err, 5)
@@ -407,9 +409,11 @@ def parse_args(argv):
     p.add_argument("--masks", nargs="+", default=list(DEFAULT_MASKS), choices=MASKS)
     p.add_argument("--head-dims", type=int, nargs="+", default=[128])
     p.add_argument("--dtypes", nargs="+", default=["bf16"], choices=["bf16", "fp16"])
-    p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    p.add_argument("--impls", nargs="*", default=list(IMPLS), choices=IMPLS,
+                   help="none: the --variant implementations alone")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:FLASHMASK_X=V,...",
-                   help="also time ours with these FLASHMASK_* switches, as impl 'flashmask:NAME' (repeatable)")
+                   help="also time ours with these FLASHMASK_* switches, as impl 'flashmask:NAME' (repeatable); "
+                        "FLASHMASK_LIB=PATH: on that build of the library, in this process")
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--heads-k", type=int, nargs="+", default=[16], help="key/value heads (GQA: 4)")
     p.add_argument("--tokens", type=int, default=32768, help="B = max(1, tokens // seqlen)")
@@ -444,6 +448,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if not args.impls and not args.variant:
+        p.error("--impls: nothing to time (name an implementation or give a --variant)")
     return args
 
 

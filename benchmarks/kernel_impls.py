@@ -33,27 +33,35 @@ class Impl:
 
 
 class FlashMask(Impl):
-    """Ours. A variant ("flashmask:NAME", --variant) runs the same library with FLASHMASK_*
-    switches set around each of its calls (the launchers read them at every launch), so that
-    kernel choices are compared in one process on the same inputs."""
+    """Ours. A variant ("flashmask:NAME", --variant) runs with FLASHMASK_* switches set around each
+    of its calls (the launchers read them at every launch), and with FLASHMASK_LIB=PATH on that
+    build of the library (flashmask_paddle.torch.using_library), so that kernel choices and builds
+    are compared in one process on the same inputs, call after call."""
     layout = "bshd"
 
     def __init__(self, torch, name: str = "flashmask", env: dict | None = None):
-        from flashmask_paddle.torch import clear_mask_plans, flashmask_attention, load_library, prepare_mask_plan
+        from flashmask_paddle.torch import (clear_mask_plans, flashmask_attention, load_library, prepare_mask_plan,
+                                            using_library)
 
-        load_library()
-        self.torch, self.attn, self.name, self.env = torch, flashmask_attention, name, env or {}
+        self.env = dict(env or {})
+        self.library = self.env.pop("FLASHMASK_LIB", None)
+        self.using_library = using_library
+        self.wrap(load_library)()  # the build opens (and its C ABI is checked) before any timing
+        self.torch, self.attn, self.name = torch, flashmask_attention, name
         self.clear_plans, self.prepare_plan = clear_mask_plans, prepare_mask_plan
 
     def wrap(self, fn):
-        if not self.env:
+        if not self.env and self.library is None:
             return fn
 
         def run():
             saved = {k: os.environ.get(k) for k in self.env}
             os.environ.update(self.env)
             try:
-                return fn()
+                if self.library is None:
+                    return fn()
+                with self.using_library(self.library):
+                    return fn()
             finally:
                 for k, v in saved.items():
                     if v is None:

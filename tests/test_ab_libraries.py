@@ -138,6 +138,94 @@ def test_env_makes_one_library_a_build_of_its_own(stub, tmp_path):
     assert e["fwd_tflops_plain_rounds"] == [100.0, 103.0] and e["fwd_tflops_switched_rounds"] == [101.0, 102.0]
 
 
+# kernel_bench in one process: a row per mask for each --variant NAME:FLASHMASK_LIB=PATH[,VAR=V]
+# (round r's fwd TFLOP/s = the library file's number + r, plus 1000 for a variant with a switch;
+# forward FLOPs 1 TFLOP, so ms = 1000 / TFLOP/s; bwd as fwd), a peer row per mask for each
+# implementation --impls names, and its arguments in args.json. "fail" after the masks: exits 3
+# once the first row is written.
+STUB_IN_PROCESS = '''
+import json, os, statistics, sys
+args = sys.argv[1:]
+out = args[args.index("--json") + 1]
+json.dump(args, open(os.path.join(os.path.dirname(__file__), "args.json"), "w"))
+def values(flag):
+    if flag not in args:
+        return []
+    got = []
+    for a in args[args.index(flag) + 1:]:
+        if a.startswith("--"):
+            break
+        got.append(a)
+    return got
+rounds = int(values("--rounds")[0])
+variants = [args[i + 1] for i, a in enumerate(args) if a == "--variant"]
+rows = []
+for mask in values("--masks"):
+    if mask == "fail":
+        sys.exit(3)
+    for spec in variants:
+        name, _, env = spec.partition(":")
+        settings = dict(kv.split("=", 1) for kv in env.split(","))
+        base = float(open(settings.pop("FLASHMASK_LIB")).read()) + (1000 if settings else 0)
+        row = {"impl": "flashmask:" + name, "mask": mask, "seqlen": 8192, "heads": 16, "heads_k": 16,
+               "head_dim": 128, "dtype": "bf16"}
+        for phase in ("fwd", "bwd"):
+            times = [1000 / (base + r) for r in range(rounds)]
+            row[phase + "_ms"] = statistics.median(times)
+            row[phase + "_tflops"] = 1000 / row[phase + "_ms"]
+            if rounds > 1:
+                row[phase + "_ms_rounds"] = times
+        rows.append(row)
+    for impl in values("--impls"):
+        rows.append({"impl": impl, "mask": mask, "seqlen": 8192, "heads": 16, "heads_k": 16, "head_dim": 128,
+                     "dtype": "bf16", "fwd_ms": 1.0, "fwd_tflops": 1000.0})
+    json.dump({"meta": {"device": "stub GPU"}, "rows": rows}, open(out, "w"))
+'''
+
+
+def test_in_process_times_every_library_as_a_variant_and_writes_a_row_per_round(stub, tmp_path):
+    _, libs, _ = stub
+    script = tmp_path / "bench_in_process.py"
+    script.write_text(STUB_IN_PROCESS)
+    out = tmp_path / "ab.json"
+    assert ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"b={libs['b']}", "--lib", f"b0={libs['b']}",
+                              "--env", "b0:FLASHMASK_X=0", "--rounds", "3", "--in-process", "--json", str(out),
+                              "--bench", str(script), "--", "--impls", "flashmask", "flex", "--masks",
+                              "causal", "document"]) == 0
+    args = json.loads((tmp_path / "args.json").read_text())
+    assert args[args.index("--impls"):args.index("--impls") + 2] == ["--impls", "flex"], "plain ours is dropped"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--variant"] == [
+        f"a:FLASHMASK_LIB={libs['a'].resolve()}", f"b:FLASHMASK_LIB={libs['b'].resolve()}",
+        f"b0:FLASHMASK_LIB={libs['b'].resolve()},FLASHMASK_X=0"]
+    assert args[args.index("--rounds") + 1] == "3"
+    result = json.loads(out.read_text())
+    assert result["meta"]["in_process"] is True and result["meta"]["failed"] == []
+    ours = [(r["library"], r["round"], r["mask"]) for r in result["rows"] if r["library"] != "peers"]
+    assert sorted(ours) == sorted((n, rnd, m) for n in ("a", "b", "b0") for rnd in range(3)
+                                  for m in ("causal", "document"))
+    assert all(r["impl"] == "flex" for r in result["rows"] if r["library"] == "peers")
+    by_mask = {e["mask"]: e for e in result["summary"]}
+    assert set(by_mask) == {"causal", "document"} and all(e["impl"] == "flashmask" for e in by_mask.values())
+    e = by_mask["document"]
+    assert e["fwd_tflops_a_rounds"] == [100.0, 101.0, 102.0] and e["fwd_tflops_a"] == 101.0
+    assert e["bwd_tflops_b_rounds"] == [120.0, 121.0, 122.0] and e["fwd_tflops_b0"] == 1121.0
+    assert e["fwd_ratio_b"] == pytest.approx(121 / 101, abs=1e-4)
+
+
+def test_in_process_keeps_the_rows_of_a_run_that_fails_part_way(stub, tmp_path):
+    _, libs, _ = stub
+    script = tmp_path / "bench_in_process.py"
+    script.write_text(STUB_IN_PROCESS)
+    out = tmp_path / "ab.json"
+    assert ab_libraries.main(["--lib", f"a={libs['a']}", "--lib", f"b={libs['b']}", "--in-process",
+                              "--json", str(out), "--bench", str(script), "--", "--impls", "flashmask",
+                              "--masks", "causal", "fail"]) == 1
+    result = json.loads(out.read_text())
+    assert "exited with 3" in result["meta"]["failed"][0]["error"]
+    (e,) = result["summary"]
+    assert e["mask"] == "causal" and e["fwd_tflops_a_rounds"] == [100.0, 101.0] and e["fwd_ratio_b"] > 1
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--lib", "a=LIB_A"], "at least two"),
     (["--lib", "a=LIB_A", "--lib", "a=LIB_B"], "names must differ"),
@@ -149,6 +237,10 @@ def test_env_makes_one_library_a_build_of_its_own(stub, tmp_path):
     (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--env", "c:X=1"], "no --lib named 'c'"),
     (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--env", "b:X"], "NAME:VAR=VALUE"),
     (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--env", "b:FLASHMASK_LIB=x.so"], "comes from --lib"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--in-process", "--env", "b:CUDA_X=1"], "only FLASHMASK_*"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--in-process", "--", "--rounds", "3"], "sets it from --rounds"),
+    (["--lib", "a=LIB_A", "--lib", "b=LIB_B", "--in-process", "--", "--variant", "x:FLASHMASK_Y=1"],
+     "sets it from --rounds"),
 ])
 def test_argument_errors_name_the_argument(stub, tmp_path, capsys, argv, message):
     _, libs, _ = stub

@@ -102,6 +102,34 @@ def test_forward_only_times_no_backward(smoke):
         assert not [key for key in r if key.startswith("bwd_")], r
 
 
+def test_a_variant_on_another_build_runs_in_the_same_process_without_plain_ours(smoke, tmp_path):
+    """--impls with no names and --variant NAME:FLASHMASK_LIB=PATH: only the variants run, one of
+    them on a copy of the library; the first variant is the others' cross-check reference."""
+    import shutil
+
+    from flashmask_paddle.torch import load_library
+
+    copy = tmp_path / "copy" / "libflashmask.so"
+    copy.parent.mkdir()
+    shutil.copy(load_library().fm_path, copy)
+    result, timed = smoke("--impls", "--variant", f"copy:FLASHMASK_LIB={copy}", "--rounds", "2")
+    assert [impl for impl, _ in timed[:4]] == ["flashmask:b", "flashmask:copy", "flashmask:copy", "flashmask:b"]
+    rows = {(r["impl"], r["mask"]): r for r in result["rows"]}
+    assert set(rows) == {(impl, mask) for impl in ("flashmask:b", "flashmask:copy")
+                         for mask in ("causal", "causal_document")}
+    for (impl, _), r in rows.items():
+        assert "error" not in r and len(r["bwd_ms_rounds"]) == 2, r
+        assert ("rel_err_vs_flashmask" in r) == (impl == "flashmask:copy")
+        if impl == "flashmask:copy":
+            assert r["rel_err_vs_flashmask"] < 1e-6
+
+
+def test_nothing_to_time_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        kernel_bench.parse_args(["--impls"])
+    assert "nothing to time" in capsys.readouterr().err
+
+
 def test_append_keeps_the_rows_and_commands_of_the_file_found_at_start(smoke):
     first, _ = smoke()
     both, _ = smoke("--append")

@@ -99,3 +99,37 @@ def test_a_mask_view_written_between_the_passes_keeps_the_forwards_mask():
                         after_forward=lambda: row.copy_(torch.from_numpy(case.bounds(rng)[:1])))
     assert not np.array_equal(first, idx.numpy()), "the write changed nothing"
     check_result(case, got, *inputs, first)
+
+
+def test_using_library_runs_a_block_and_its_backward_on_another_build(tmp_path, monkeypatch):
+    """Two builds at two paths load as two copies in one process; the calls inside a using_library
+    block go to its build, and the backward of a forward made there too, though it runs after the
+    block (autograd may run it on another thread, which the block does not reach)."""
+    import shutil
+
+    from flashmask_paddle.torch import _ops, flashmask_attention, load_library, using_library
+
+    default = load_library()
+    other = tmp_path / "other" / "libflashmask.so"
+    other.parent.mkdir()
+    shutil.copy(default.fm_path, other)
+    ran = []
+    real_forward, real_backward = _ops.forward, _ops.backward
+    monkeypatch.setattr(_ops, "forward", lambda *a, **kw: ran.append(("fwd", load_library().fm_path))
+                        or real_forward(*a, **kw))
+    monkeypatch.setattr(_ops, "backward", lambda *a: ran.append(("bwd", a[-1].fm_path)) or real_backward(*a))
+    q, k, v = (torch.randn(1, 29, 2, 16, dtype=torch.float32, requires_grad=True) for _ in range(3))
+    expected = flashmask_attention(q, k, v, causal=True)
+    with using_library(other) as lib:
+        assert lib is not default and load_library() is lib and lib.fm_path == str(other.resolve())
+        out = flashmask_attention(q, k, v, causal=True)
+    assert load_library() is default
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    expected_grads = torch.autograd.grad(expected, (q, k, v), torch.ones_like(out))
+    assert ran == [("fwd", default.fm_path), ("fwd", lib.fm_path), ("bwd", lib.fm_path), ("bwd", default.fm_path)]
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    for g, e in zip(grads, expected_grads):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="not a file"):
+        with using_library(tmp_path / "missing.so"):
+            pass

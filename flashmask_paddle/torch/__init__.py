@@ -13,6 +13,8 @@ or built on first use (see ``_build.py`` for ``FLASHMASK_LIB`` and the build cac
 CUDA calls preprocess a mask once per mask tensor (its "mask plan", ``_plans.py``) and reuse that
 for every later call with the same tensor, e.g. all layers of a model and their backward passes;
 ``prepare_mask_plan`` builds it ahead of the first call, ``clear_mask_plans`` frees every cached one.
+``using_library(path)`` runs the calls inside its block on another build of the library (a backward
+on its forward's), to compare builds in one process.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from ._function import flashmask_attention, prepare_mask_plan
 from ._ops import set_output_allocator
 from ._plans import clear_mask_plans
 
-__all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "set_output_allocator", "load_library"]
+__all__ = ["flashmask_attention", "prepare_mask_plan", "clear_mask_plans", "set_output_allocator", "load_library",
+           "using_library"]
 
 
 def load_library():
@@ -28,3 +31,11 @@ def load_library():
     from ._capi import load_library as _load
 
     return _load()
+
+
+def using_library(path):
+    """Context manager: this thread's calls inside the block run on the libflashmask build at
+    `path` (opened once per process; its mask plans kept apart), a backward on its forward's build."""
+    from ._capi import using_library as _using
+
+    return _using(path)

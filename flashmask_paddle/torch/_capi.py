@@ -1,10 +1,12 @@
 """ctypes mirror of paddle_ops/capi/flashmask_capi.h and the loader of libflashmask.
 
 Keep the two structures field-for-field identical to the header (ctypes applies the same C
-alignment rules, so the layouts match). `load_library()` returns a ready ctypes.CDLL.
+alignment rules, so the layouts match). `load_library()` returns a ready ctypes.CDLL: the
+process's library, or inside `using_library(path)` the build at `path`.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -77,17 +79,19 @@ _SIGNATURES = {
     "fm_bwd_plan_build": ([_ARGS, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
 }
 
-_lock = threading.Lock()
-_lib = None
+_lock = threading.RLock()
+_default = None  # the process's library (find_or_build_library), opened on first use
+_opened: dict = {}  # every library opened, by real path: a build opens once however it is named
+_override = threading.local()  # using_library's build for the calls of one thread
 
 
-def load_library() -> ctypes.CDLL:
-    """The process-wide libflashmask (found or built on first use, see _build.py)."""
-    global _lib
+def _open(path) -> ctypes.CDLL:
+    """The library at `path`, opened once per process (two builds at two paths are two copies)."""
+    key = os.path.realpath(path)
     with _lock:
-        if _lib is None:
-            path = find_or_build_library()
-            lib = ctypes.CDLL(os.fspath(path))
+        lib = _opened.get(key)
+        if lib is None:
+            lib = ctypes.CDLL(key)
             for name, (argtypes, restype) in _SIGNATURES.items():
                 fn = getattr(lib, name)
                 fn.argtypes, fn.restype = argtypes, restype
@@ -96,9 +100,38 @@ def load_library() -> ctypes.CDLL:
                 raise RuntimeError(
                     f"{path} speaks C ABI version {version}, this binding expects {ABI_VERSION}; "
                     "rebuild the library (unset FLASHMASK_LIB or point it at a fresh build)")
-            lib.fm_path = os.fspath(path)
-            _lib = lib
-        return _lib
+            lib.fm_path = key
+            _opened[key] = lib
+        return lib
+
+
+def load_library() -> ctypes.CDLL:
+    """The library this thread's calls go to: using_library's build inside its block, else the
+    process's libflashmask (found or built on first use, see _build.py)."""
+    lib = getattr(_override, "lib", None)
+    if lib is not None:
+        return lib
+    global _default
+    if _default is None:
+        with _lock:
+            if _default is None:
+                _default = _open(find_or_build_library())
+    return _default
+
+
+@contextlib.contextmanager
+def using_library(path):
+    """Sends this thread's calls inside the block to the libflashmask build at `path`, so that two
+    builds are timed in one process on the same inputs, call after call (benchmarks/kernel_bench.py
+    --variant NAME:FLASHMASK_LIB=PATH). Each build keeps its own mask plans."""
+    if not os.path.isfile(path):
+        raise ValueError(f"using_library: {path} is not a file")
+    saved = getattr(_override, "lib", None)
+    _override.lib = _open(path)
+    try:
+        yield _override.lib
+    finally:
+        _override.lib = saved
 
 
 def check(lib: ctypes.CDLL, rc: int, call: str) -> None:

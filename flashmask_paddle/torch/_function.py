@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .. import _tensor_stamp
-from . import _ops
+from . import _capi, _ops
 from ._checks import check_inputs
 
 
@@ -13,6 +13,9 @@ class _FlashMaskAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, indices, causal, scale, deterministic, extras):
         out, lse = _ops.forward(q, k, v, indices, causal, scale, extras)
         ctx.save_for_backward(q, k, v, out, lse, indices)
+        # The backward runs on the forward's build: autograd may call it from another thread, which
+        # a using_library block does not reach.
+        ctx.lib = _capi.load_library()
         # The caller's mask tensors by weak reference: the backward takes their plans only while
         # they hold the values the kernels' copies were made from.
         ctx.mask_given = tuple(None if t is None else _tensor_stamp.SeenTensor(t, _tensor_stamp.TORCH)
@@ -28,7 +31,7 @@ class _FlashMaskAttention(torch.autograd.Function):
         extras = ctx.extras._replace(mask_given=tuple(
             None if seen is None else seen.unwritten(_tensor_stamp.TORCH) for seen in ctx.mask_given))
         dq, dk, dv = _ops.backward(q, k, v, out, lse, dout, indices, ctx.causal, ctx.scale,
-                                   ctx.deterministic, extras)
+                                   ctx.deterministic, extras, ctx.lib)
         return dq, dk, dv, None, None, None, None, None
 
 

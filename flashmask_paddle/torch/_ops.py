@@ -127,9 +127,10 @@ def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extra
 
 
 def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deterministic: bool,
-             extras: Extras = Extras()):
-    """Returns (dq like q, dk like k, dv like v), dk/dv reduced over each GQA group."""
-    lib = _capi.load_library()
+             extras: Extras = Extras(), lib=None):
+    """Returns (dq like q, dk like k, dv like v), dk/dv reduced over each GQA group. lib: the
+    library to run on (the forward's; default: load_library())."""
+    lib = lib or _capi.load_library()
     dout = kernel_ready(dout)
     dq = _empty(tuple(q.shape), q.dtype, q.device)
     dk = _empty(tuple(k.shape), k.dtype, k.device)

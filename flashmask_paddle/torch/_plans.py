@@ -73,6 +73,6 @@ def plan_for(lib, direction: str, args: _capi.FmArgs, indices: Optional[torch.Te
         _capi.check(lib, build_fn(ctypes.byref(args), buffer.data_ptr(), stream.cuda_stream), build_fn.__name__)
         return _Plan(buffer, key.value, stream)
 
-    plan = _cache.get_or_build(indices, block_mask, (direction, device.index, key.value), build)
+    plan = _cache.get_or_build(indices, block_mask, (direction, device.index, key.value, lib.fm_path), build)
     plan.ready_on(stream)
     return plan
