@@ -187,7 +187,9 @@ def rows_per_round(result: dict, names: list[str]) -> list[dict]:
 
 def summarize(rows: list[dict], names: list[str]) -> list[dict]:
     """Per row of the matrix: each library's median TFLOP/s over its rounds and the ratio to the
-    first library's median (absent where a library has no time for that phase)."""
+    first library's median (absent where a library has no time for that phase), and the ratio of
+    each round to the first library's same round (ratio_NAME_rounds): rounds run next to each other
+    (ABBA), so how far these scatter is the noise a ratio must clear."""
     groups: dict = {}  # (impl, kernel_bench.row_key) -> library -> rows
     for r in rows:
         groups.setdefault((r["impl"], kernel_bench.row_key(r)), {}).setdefault(r["library"], []).append(r)
@@ -198,9 +200,11 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict]:
         first = next(iter(by_lib.values()))[0]
         entry = {k: first[k] for k in DESCRIBING if k in first}
         for phase in PHASES:
-            medians = {}
+            medians, by_round = {}, {}
             for name in names:
-                values = [r[f"{phase}_tflops"] for r in by_lib.get(name, []) if r.get(f"{phase}_tflops")]
+                by_round[name] = {r["round"]: r[f"{phase}_tflops"] for r in by_lib.get(name, [])
+                                  if r.get(f"{phase}_tflops")}
+                values = list(by_round[name].values())
                 if values:
                     medians[name] = statistics.median(values)
                     entry[f"{phase}_tflops_{name}"] = round(medians[name], 1)
@@ -209,6 +213,10 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict]:
             for name in names[1:]:
                 if base and name in medians:
                     entry[f"{phase}_ratio_{name}"] = round(medians[name] / base, 4)
+                    paired = [v / by_round[names[0]][rnd] for rnd, v in by_round[name].items()
+                              if rnd in by_round[names[0]]]
+                    if paired:
+                        entry[f"{phase}_ratio_{name}_rounds"] = [round(v, 4) for v in paired]
         summary.append(entry)
     return summary
 
@@ -226,7 +234,13 @@ def table(summary: list[dict], names: list[str]) -> str:
                 cell += " (" + "/".join(f"{e[f'{ph}_ratio_{name}']:.3f}" if f"{ph}_ratio_{name}" in e else "-"
                                         for ph in PHASES) + ")"
             line += f" {cell:>18}"
-        lines.append(line)
+        spans = []
+        for name in names[1:]:
+            for ph in PHASES:
+                paired = e.get(f"{ph}_ratio_{name}_rounds", [])
+                if len(paired) > 1:
+                    spans.append(f"{name} {ph} {min(paired):.3f}-{max(paired):.3f}")
+        lines.append(line + ("  rounds: " + ", ".join(spans) if spans else ""))
     return "\n".join(lines)
 
 

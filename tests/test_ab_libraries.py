@@ -70,6 +70,12 @@ def test_processes_alternate_and_the_summary_has_medians_and_ratios(stub, tmp_pa
     assert e["fwd_tflops_b"] == 122.0 and e["bwd_tflops_b"] == 61.0
     assert e["fwd_ratio_b"] == pytest.approx(122 / 103, abs=1e-4)
     assert e["bwd_ratio_b"] == pytest.approx(61 / 51.5, abs=1e-4)
+    # each round of b against the same round of a: processes 1 / 0, 2 / 3, 5 / 4
+    assert e["fwd_ratio_b_rounds"] == pytest.approx([121 / 100, 122 / 103, 125 / 104], abs=1e-4)
+    assert e["bwd_ratio_b_rounds"] == e["fwd_ratio_b_rounds"]
+    row = next(line for line in ab_libraries.table(result["summary"], ["a", "b"]).splitlines() if "document" in line)
+    span = f"{min(e['fwd_ratio_b_rounds']):.3f}-{max(e['fwd_ratio_b_rounds']):.3f}"
+    assert row.endswith(f"rounds: b fwd {span}, b bwd {span}") and span == "1.185-1.210"
 
 
 def test_a_failing_process_is_listed_with_its_output_and_the_others_still_run(stub, tmp_path):
@@ -210,6 +216,7 @@ def test_in_process_times_every_library_as_a_variant_and_writes_a_row_per_round(
     assert e["fwd_tflops_a_rounds"] == [100.0, 101.0, 102.0] and e["fwd_tflops_a"] == 101.0
     assert e["bwd_tflops_b_rounds"] == [120.0, 121.0, 122.0] and e["fwd_tflops_b0"] == 1121.0
     assert e["fwd_ratio_b"] == pytest.approx(121 / 101, abs=1e-4)
+    assert e["fwd_ratio_b_rounds"] == pytest.approx([120 / 100, 121 / 101, 122 / 102], abs=1e-4)
 
 
 def test_in_process_keeps_the_rows_of_a_run_that_fails_part_way(stub, tmp_path):
