@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from flashmask_paddle.testing.cases import FORMS, Case  # noqa: E402
+from flashmask_paddle.testing.tolerance import QUANTITIES  # noqa: E402
 from flashmask_paddle.testing.torch_binding import check_result, check_run, make_inputs, run_flashmask  # noqa: E402
 from flashmask_paddle.torch import _capi, _ops, _plans  # noqa: E402
 from flashmask_paddle.torch import clear_mask_plans, flashmask_attention, prepare_mask_plan  # noqa: E402
@@ -276,3 +277,30 @@ def test_forward_plans_follow_documents_on_bidirectional_masks(form, head_dim, s
     expected = "1" if not form[0] and head_dim <= 128 else "0"
     assert keys["", 777] == keys[expected, 777]
     assert keys["", 700] == keys["1", 700] == keys["0", 700], "Sq != Sk: fixed blocks"
+
+
+def test_two_builds_in_one_process_keep_their_own_plans_and_match(seed, tmp_path):
+    """A copy of the library loads as a second build (flashmask_paddle.torch.using_library): calls
+    inside the block run its kernels, with plans of its own beside the first build's for the same
+    mask, and both builds match the reference and each other bit for bit (the same code) where the
+    kernels are deterministic: all but dQ, whose partials add in the order they arrive."""
+    import shutil
+
+    from flashmask_paddle.torch import using_library
+
+    copy = tmp_path / "libflashmask.so"
+    shutil.copy(_capi.load_library().fm_path, copy)
+    rng = np.random.default_rng(seed)
+    case = _case(seed, (True, 2))
+    idx = _mask_tensor(case, rng)
+    inputs = make_inputs(case)
+    first = run_flashmask(case, *inputs, idx)
+    default = _capi.load_library()
+    with using_library(copy) as lib:
+        assert lib is not default
+        second = run_flashmask(case, *inputs, idx)
+    assert _plans.cached_plan_count() == 4, "a forward and a backward plan per build"
+    check_result(case, second, *inputs, idx)
+    for name, a, b in zip(QUANTITIES, first, second):
+        if name != "dq":
+            np.testing.assert_array_equal(a, b, err_msg=name)
