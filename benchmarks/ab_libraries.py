@@ -8,21 +8,22 @@ its ratio to the first library's.
         --json benchmarks/results/kernel_h200_X_ab.json -- --impls flashmask --seqlens 8192 --masks causal
 
 Everything after ``--`` goes to kernel_bench.py (not --json, --png or --append: each process writes
-its own). One process per library keeps each process on one library (FLASHMASK_LIB).
-``--in-process`` instead runs one kernel_bench process that times every build as a variant of ours
-(``--variant NAME:FLASHMASK_LIB=PATH``), the builds alternating window by window (its ``--rounds``,
-ABBA): no process start per round, and the windows compared lie seconds apart, where the GPU's
-clock under its power cap moves least (benchmarks/README.md, timing spread). Its rows are written one
-per (library, round) as the processes' are. ``--env NAME:VAR=VALUE`` sets a variable in build NAME's processes, so
-that one library under a kernel switch is a build of its own (``--lib pool0=LIB --env
-pool0:FLASHMASK_X=0`` beside ``--lib default=LIB``), alternating with the others as processes;
-kernel_bench's own --variant compares switches inside one process. Processes rather than rows
-alternate because between processes on one GPU the same kernel moved 5-10% on sparse masks
-(benchmarks/README.md), so a one-sided order would read as a difference. The JSON holds the command, the libraries (path, size, SHA-256), each process's
-kernel_bench meta, the rows (``library``, ``round``) and the summary. It is rewritten after every
-process (``meta.complete`` false until the last), so a run stopped from outside keeps what it
-measured; a process that fails or outlives ``--timeout`` is listed in ``meta.failed`` with its
-output's tail, the others still run, and the exit status is 1.
+its own). By default each (round, library) is a process of its own (FLASHMASK_LIB), the processes
+alternating; ``--env NAME:VAR=VALUE`` sets a variable in build NAME's processes, so that one library
+under a kernel switch is a build of its own (``--lib pool0=LIB --env pool0:FLASHMASK_X=0`` beside
+``--lib default=LIB``). ``--in-process`` instead runs one kernel_bench process that times every
+build as a variant of ours (``--variant NAME:FLASHMASK_LIB=PATH``, its --env set around its calls),
+the builds alternating window by window (its ``--rounds``, ABBA): no process start per round, and
+the windows compared lie seconds apart. Either way the order alternates because the same kernel
+on the same inputs moves 3-6% from one timing window to the next under the GPU's power cap
+(benchmarks/README.md, timing spread), so a one-sided order would read as a difference.
+
+The JSON holds the command, the libraries (path, size, SHA-256), each process's kernel_bench meta,
+the rows (one per ``library`` and ``round``) and the summary. It is rewritten after every process
+(``meta.complete`` false until the last), so a run stopped from outside keeps what it measured; a
+process that fails or outlives ``--timeout`` is listed in ``meta.failed`` with its output's tail,
+the others still run, and the exit status is 1 (``--in-process`` keeps the rows its one process
+wrote before it failed).
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def parse_args(argv):
     p.add_argument("--lib", type=parse_lib, action="append", required=True, metavar="NAME=PATH",
                    help="a library build to time (at least two; the first is the baseline of the ratios)")
     p.add_argument("--env", type=parse_env, action="append", default=[], metavar="NAME:VAR=VALUE",
-                   help="an environment variable of build NAME's processes (repeatable)")
+                   help="an environment variable of build NAME's processes (--in-process: set around its "
+                        "calls; FLASHMASK_* only) (repeatable)")
     p.add_argument("--rounds", type=int, default=2,
                    help="processes per library, alternating (ABBA); --in-process: timing windows per library")
     p.add_argument("--in-process", action="store_true",
