@@ -42,7 +42,7 @@ for _path in (REPO, REPO / "benchmarks"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-import kernel_bench  # noqa: E402  (its row_key: what one row of the matrix is; its SOURCES)
+import kernel_bench  # noqa: E402  (its row_key: what one row of the matrix is; its SOURCES; its parser)
 from flashmask_paddle.bench import provenance  # noqa: E402
 
 KERNEL_BENCH = REPO / "benchmarks" / "kernel_bench.py"
@@ -147,18 +147,10 @@ def run_bench(bench: Path, bench_args: list[str], lib: Path | None, out: Path, t
 def in_process_args(bench_args: list[str], names: list[str], paths: dict, envs: dict, rounds: int) -> list[str]:
     """kernel_bench's arguments for --in-process: each library a variant of ours (flashmask:NAME)
     under its --env, the plain flashmask implementation dropped from --impls (the peers named there
-    stay), and --rounds."""
-    args, impls, i = [], None, 0
-    while i < len(bench_args):
-        if bench_args[i] == "--impls":
-            impls, i = [], i + 1
-            while i < len(bench_args) and not bench_args[i].startswith("--"):
-                impls.append(bench_args[i])
-                i += 1
-        else:
-            args.append(bench_args[i])
-            i += 1
-    args += ["--impls", *[impl for impl in (impls or ["flashmask"]) if impl != "flashmask"]]
+    stay; a later --impls replaces an earlier one), and --rounds."""
+    named = any(a == "--impls" or a.startswith("--impls=") for a in bench_args)
+    impls = kernel_bench.parse_args(bench_args).impls if named else ["flashmask"]
+    args = [*bench_args, "--impls", *[impl for impl in impls if impl != "flashmask"]]
     for name in names:
         env = "".join(f",{var}={value}" for var, value in envs[name].items())
         args += ["--variant", f"{name}:FLASHMASK_LIB={paths[name].resolve()}{env}"]

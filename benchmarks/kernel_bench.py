@@ -23,8 +23,8 @@ plan, like the peers' plans and block masks, is built once per mask and reported
 NAME:FLASHMASK_LIB=PATH ours on another build in the same process (a build's A/B with no process
 between its windows: ab_libraries.py --in-process). Every implementation of a row is set up (first
 calls, compile_s) before any is timed; --rounds N then times them N times, in list order in even
-rounds and reversed in odd ones (ABBA), and reports the medians over the rounds (per-round GPU times as fwd_ms_rounds,
-bwd_ms_rounds): timed one after the other, always in the same order, identical configurations
+rounds and reversed in odd ones (ABBA), and reports the medians over the rounds (per-round GPU
+times as fwd_ms_rounds, bwd_ms_rounds): timed one after the other, always in the same order, identical configurations
 drifted up to 5% apart as the GPU heats up at its power limit. --kernel-time adds each call's
 summed kernel time from torch.profiler, in one pass after the rounds (GPU work only: a call whose
 host side launches slower than its kernels run reads faster there). Each timing also records the
