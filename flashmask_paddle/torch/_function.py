@@ -11,11 +11,11 @@ from ._checks import check_inputs
 class _FlashMaskAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, indices, causal, scale, deterministic, extras):
-        out, lse = _ops.forward(q, k, v, indices, causal, scale, extras)
-        ctx.save_for_backward(q, k, v, out, lse, indices)
         # The backward runs on the forward's build: autograd may call it from another thread, which
         # a using_library block does not reach.
         ctx.lib = _capi.load_library()
+        out, lse = _ops.forward(q, k, v, indices, causal, scale, extras, ctx.lib)
+        ctx.save_for_backward(q, k, v, out, lse, indices)
         # The caller's mask tensors by weak reference: the backward takes their plans only while
         # they hold the values the kernels' copies were made from.
         ctx.mask_given = tuple(None if t is None else _tensor_stamp.SeenTensor(t, _tensor_stamp.TORCH)

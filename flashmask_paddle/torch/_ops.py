@@ -108,9 +108,9 @@ class Extras(NamedTuple):
     mask_given: tuple = (None, None)
 
 
-def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extras()):
-    """Returns (out [B, Sq, Hq, Dv] like q, lse float32 [B, Hq, Sq]). Inputs already validated."""
-    lib = _capi.load_library()
+def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras, lib):
+    """Returns (out [B, Sq, Hq, Dv] like q, lse float32 [B, Hq, Sq]) computed by the library `lib`.
+    Inputs already validated."""
     b, sq, hq, _ = q.shape
     out = _empty((b, sq, hq, v.shape[3]), q.dtype, q.device)
     lse = _empty((b, hq, sq), torch.float32, q.device)
@@ -127,10 +127,9 @@ def forward(q, k, v, indices, causal: bool, scale: float, extras: Extras = Extra
 
 
 def backward(q, k, v, out, lse, dout, indices, causal: bool, scale: float, deterministic: bool,
-             extras: Extras = Extras(), lib=None):
-    """Returns (dq like q, dk like k, dv like v), dk/dv reduced over each GQA group. lib: the
-    library to run on (the forward's; default: load_library())."""
-    lib = lib or _capi.load_library()
+             extras: Extras, lib):
+    """Returns (dq like q, dk like k, dv like v), dk/dv reduced over each GQA group, computed by the
+    library `lib` (the forward's)."""
     dout = kernel_ready(dout)
     dq = _empty(tuple(q.shape), q.dtype, q.device)
     dk = _empty(tuple(k.shape), k.dtype, k.device)
