@@ -67,6 +67,11 @@ def parse_env(spec: str) -> tuple[str, str, str]:
     return name, var, value
 
 
+def gives(bench_args: list[str], flag: str) -> bool:
+    """Whether kernel_bench's arguments set `flag` ("--flag V..." or "--flag=V")."""
+    return any(a == flag or a.startswith(flag + "=") for a in bench_args)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -104,11 +109,11 @@ def parse_args(argv):
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     for flag in OWN_OUTPUTS:
-        if any(a == flag or a.startswith(flag + "=") for a in args.bench_args):
+        if gives(args.bench_args, flag):
             p.error(f"kernel_bench argument {flag}: each process writes its own output, leave it out")
     if args.in_process:
         for flag in ("--rounds", "--variant"):
-            if any(a == flag or a.startswith(flag + "=") for a in args.bench_args):
+            if gives(args.bench_args, flag):
                 p.error(f"kernel_bench argument {flag}: --in-process sets it from --rounds and --lib")
         for name, env in args.envs.items():
             for var, value in env.items():
@@ -148,8 +153,7 @@ def in_process_args(bench_args: list[str], names: list[str], paths: dict, envs: 
     """kernel_bench's arguments for --in-process: each library a variant of ours (flashmask:NAME)
     under its --env, the plain flashmask implementation dropped from --impls (the peers named there
     stay; a later --impls replaces an earlier one), and --rounds."""
-    named = any(a == "--impls" or a.startswith("--impls=") for a in bench_args)
-    impls = kernel_bench.parse_args(bench_args).impls if named else ["flashmask"]
+    impls = kernel_bench.parse_args(bench_args).impls if gives(bench_args, "--impls") else ["flashmask"]
     args = [*bench_args, "--impls", *[impl for impl in impls if impl != "flashmask"]]
     for name in names:
         env = "".join(f",{var}={value}" for var, value in envs[name].items())
