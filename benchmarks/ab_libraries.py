@@ -172,7 +172,7 @@ def rows_per_round(result: dict, names: list[str]) -> list[dict]:
             continue
         per_round = {phase: r.get(f"{phase}_ms_rounds") or ([r[f"{phase}_ms"]] if r.get(f"{phase}_ms") else [])
                      for phase in PHASES}
-        for rnd in range(max(len(times) for times in per_round.values()) if any(per_round.values()) else 1):
+        for rnd in range(max(len(times) for times in per_round.values()) or 1):
             row = {k: v for k, v in r.items() if not k.endswith("_rounds")}
             row.update(impl="flashmask", library=name, round=rnd)
             for phase, times in per_round.items():
@@ -249,8 +249,9 @@ def write_result(args, argv, names: list[str], paths: dict, rows: list[dict], me
     device = metas[0].get("device", "unknown") if metas else "unknown"
     meta = provenance.record("ab_libraries.py " + " ".join(argv), device,
                              dirty_paths=["benchmarks/ab_libraries.py", *kernel_bench.SOURCES])
-    order = (["in one process, per row: " + " ".join(f"{r}:{n}" for r, n in process_order(names, args.rounds))]
-             if args.in_process else [f"{r}:{n}" for r, n in process_order(names, args.rounds)])
+    order = [f"{r}:{n}" for r, n in process_order(names, args.rounds)]
+    if args.in_process:
+        order = ["in one process, per row: " + " ".join(order)]
     meta.update(rounds=args.rounds, in_process=args.in_process, order=order,
                 libraries={name: dict(describe(paths[name]), env=args.envs[name]) for name in names},
                 processes=metas, failed=failed, complete=complete)
