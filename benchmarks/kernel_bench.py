@@ -32,7 +32,11 @@ GPU's mean SM clock and power draw over its warm-up and timed calls, what held t
 the GPU's and its HBM's temperatures where the driver reports them (fwd_sm_mhz, fwd_power_w,
 fwd_clock_limits, fwd_gpu_c, fwd_mem_c, bwd_...; NVML read every 20 ms; over --rounds, the mean
 and the last round's limits): at the power limit the clock
-drops, so a kernel's energy per FLOP shows in its time. FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
+drops, so a kernel's energy per FLOP shows in its time. --steady-s S times the steady state at the
+power limit instead (kernel_timing.steady_ms), what a training loop runs in: S seconds of calls back
+to back, then the mean GPU time per call over a window of at least S seconds of calls, no spin
+before it (the spin idles the GPU and the clock climbs), and the GPU's energy per call over the
+window (fwd_mj, bwd_mj; GFLOP per joule fwd_gflop_per_j, bwd_gflop_per_j). FlexAttention: `torch.compile(flex_attention, dynamic=False)`; its block mask
 comes from `create_block_mask` over a mask_mod that looks the column bounds up in tensors (the
 same dense rule as flashmask_paddle.reference), built once per mask outside the timing and
 reported as block_mask_ms. TFLOP/s count exactly the visible (q, k) pairs: forward 4·D·pairs·Hq,
@@ -220,13 +224,15 @@ def forward_flops(case) -> float:
 
 
 def add_tflops(row: dict, flops: float) -> None:
-    """The row's TFLOP/s for each time it has (fwd/bwd, event and kernel time): forward `flops`,
-    backward 2.5x that."""
+    """The row's TFLOP/s for each time it has (fwd/bwd, event and kernel time), and its GFLOP per
+    joule where it has the energy per call: forward `flops`, backward 2.5x that."""
     for phase, factor in (("fwd", 1.0), ("bwd", 2.5)):
         for timing in ("", "kernel_"):
             if row.get(f"{phase}_{timing}ms"):
                 seconds = row[f"{phase}_{timing}ms"] * 1e-3
                 row[f"{phase}_{timing}tflops"] = round(factor * flops / seconds / 1e12, 1)
+        if row.get(f"{phase}_mj"):
+            row[f"{phase}_gflop_per_j"] = round(factor * flops / (row[f"{phase}_mj"] * 1e-3) / 1e9, 1)
 
 
 def bench_case(torch, impls, case, base: dict, args, done) -> None:
@@ -426,6 +432,10 @@ def parse_args(argv):
                    help="more timed calls where --reps of them would take less GPU time than this")
     p.add_argument("--settle-ms", type=float, default=20.0,
                    help="GPU time of untimed calls queued between the spin and the timed ones")
+    p.add_argument("--steady-s", type=float, default=0.0,
+                   help="time in the steady state at the power limit instead: this many seconds of calls back to "
+                        "back, then the mean over a window of at least as long, no spin, with the GPU's energy per "
+                        "call (fwd_mj, bwd_mj); replaces --warmup-s, --settle-ms and --min-window-ms")
     p.add_argument("--rounds", type=int, default=1,
                    help="time each row's implementations this many times, in list order then reversed "
                         "(ABBA), and report the median (per-round times as fwd_ms_rounds, bwd_ms_rounds)")
@@ -448,6 +458,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.steady_s < 0:
+        p.error("--steady-s must be at least 0")
     if not args.impls and not args.variant:
         p.error("--impls: nothing to time (name an implementation or give a --variant)")
     return args
@@ -478,6 +490,13 @@ def main(argv=None) -> int:
             "kernel_time": run.kernel_time, "warmup": args.warmup, "warmup_s": run.warmup_s, "reps": args.reps,
             "settle_ms": run.settle_ms, "min_window_ms": run.min_window_ms, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens,
             "forward_only": args.forward_only}
+    if run.steady_s:
+        meta["method"] = (f"steady state at the power limit: {run.steady_s} s of calls back to back, then the mean GPU time "
+                          f"per call over a window of at least {run.steady_s} s of calls queued back to back between one "
+                          "pair of CUDA events (no spin), the GPU's energy per call over that window (NVML, fwd_mj / "
+                          "bwd_mj); TFLOP/s over visible pairs (fwd 4*D*pairs*Hq, bwd 2.5x) and GFLOP per joule; "
+                          "flex block mask built outside timing")
+        meta["steady_s"] = run.steady_s
     if args.rounds > 1:
         meta["method"] += (f"; {args.rounds} rounds per row, the implementations timed in alternating order "
                            "(list order in even rounds, reversed in odd ones: ABBA), median over the rounds")

@@ -1,5 +1,6 @@
 """How kernel_bench.py times a call: GPU time per call from CUDA events around calls queued back
-to back behind a spin kernel (time_ms), the GPU's clock and power sampled over each timing (timed),
+to back behind a spin kernel (time_ms), or in the steady state at the power limit with the energy
+per call (steady_ms, --steady-s), the GPU's clock and power sampled over each timing (timed),
 mask preparations built once and timed apart (time_mask_build), the profiler's summed kernel time
 (kernel_ms), and one phase's rounds folded into a row's fields (phase_fields). The run's settings
 (RUN) come from the command line through configure(run_settings(torch, args)).
@@ -12,7 +13,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from e2e_attention import host_seconds
-from flashmask_paddle.bench.gpu_clock import ClockSample, ClockSampler, current_cuda_reader, mean_of_read
+from flashmask_paddle.bench.gpu_clock import (ClockSample, ClockSampler, current_cuda_energy_reader, current_cuda_reader,
+                                              mean_of_read)
 
 
 class RunSettings(NamedTuple):
@@ -23,7 +25,9 @@ class RunSettings(NamedTuple):
     settle_ms: float = 0.0  # --settle-ms
     min_window_ms: float = 0.0  # --min-window-ms
     kernel_time: bool = False  # --kernel-time
+    steady_s: float = 0.0  # --steady-s: time in the steady state (steady_ms) instead of behind a spin
     clock_read: Callable | None = None  # the timed GPU's (SM clock, power) reader (NVML), None without it
+    energy_read: Callable | None = None  # the timed GPU's energy counter (mJ, NVML), None without it
 
 
 RUN = RunSettings()
@@ -34,7 +38,8 @@ def run_settings(torch, args) -> RunSettings:
     smoke = args.smoke
     return RunSettings(smoke=smoke, warmup_s=0.0 if smoke else args.warmup_s, settle_ms=args.settle_ms,
                        min_window_ms=args.min_window_ms, kernel_time=args.kernel_time and not smoke,
-                       clock_read=None if smoke else current_cuda_reader(torch))
+                       steady_s=args.steady_s, clock_read=None if smoke else current_cuda_reader(torch),
+                       energy_read=None if smoke else current_cuda_energy_reader(torch))
 
 
 def configure(settings: RunSettings) -> None:
@@ -55,13 +60,15 @@ MAX_REPS = 2000  # bounds a window's host time (the spin covers it) for the shor
 
 
 class Timing(NamedTuple):
-    """gpu_ms: median GPU time per call. host_ms: median unsynchronised host time of a warm-up
-    call, i.e. its launch cost (or the whole call where it waits on the GPU itself). reps: how many
-    timed calls the median is over."""
+    """gpu_ms: median GPU time per call (steady_ms: the mean). host_ms: median unsynchronised host
+    time of a warm-up call, i.e. its launch cost (or the whole call where it waits on the GPU
+    itself). reps: how many timed calls the median is over. mj: the GPU's energy per timed call
+    (millijoules; steady_ms where NVML counts it)."""
 
     gpu_ms: float
     host_ms: float
     reps: int = 0  # timed calls behind the median (0: not recorded)
+    mj: float | None = None
 
 
 def timing_window(call_ms: float, host_ms: float, reps: int, settle_ms: float, min_window_ms: float):
@@ -74,10 +81,10 @@ def timing_window(call_ms: float, host_ms: float, reps: int, settle_ms: float, m
     return settle, reps, 1.5 * (settle + reps) * host_ms + 0.2
 
 
-def time_ms(torch, fn, warmup: int, reps: int, warmup_s: float = 0.0, settle_ms: float = 0.0,
-            min_window_ms: float = 0.0) -> Timing:
-    """fn's GPU time per call: the median of `reps` calls (at least min_window_ms of GPU work), each
-    between CUDA events, after `warmup` calls and at least warmup_s seconds of warm-up."""
+def warm_up(torch, fn, warmup: int, warmup_s: float) -> tuple[float, float]:
+    """At least `warmup` calls of fn and warmup_s seconds of them, synchronised every 8 calls (so
+    that wall time tracks GPU time, not the launch queue): (median host ms of a call, GPU ms per
+    call estimated from the wall time of each group of 8; the host ms where there was no group)."""
     t0 = time.perf_counter()
     calls = 0
     host_s = []  # each warm-up call's host time
@@ -93,6 +100,14 @@ def time_ms(torch, fn, warmup: int, reps: int, warmup_s: float = 0.0, settle_ms:
             t_group = time.perf_counter()
     sync(torch)
     host_ms = float(np.median(host_s)) * 1e3
+    return host_ms, float(np.median(group_s)) / 8 * 1e3 if group_s else host_ms
+
+
+def time_ms(torch, fn, warmup: int, reps: int, warmup_s: float = 0.0, settle_ms: float = 0.0,
+            min_window_ms: float = 0.0) -> Timing:
+    """fn's GPU time per call: the median of `reps` calls (at least min_window_ms of GPU work), each
+    between CUDA events, after `warmup` calls and at least warmup_s seconds of warm-up."""
+    host_ms, call_ms = warm_up(torch, fn, warmup, warmup_s)
     times = []
     if RUN.smoke:
         for _ in range(reps):
@@ -111,7 +126,6 @@ def time_ms(torch, fn, warmup: int, reps: int, warmup_s: float = 0.0, settle_ms:
     # without being timed (settle_ms of GPU work) bring the clock back to its loaded level first,
     # and a window of at least min_window_ms averages the power limiter's swings (short windows of
     # sub-ms calls read 5-10% apart on identical kernels).
-    call_ms = float(np.median(group_s)) / 8 * 1e3 if group_s else host_ms
     settle, reps, spin_ms = timing_window(call_ms, host_ms, reps, settle_ms, min_window_ms)
     torch.cuda._sleep(int(spin_ms * SPIN_CYCLES_PER_MS))
     for _ in range(settle):
@@ -160,11 +174,46 @@ def kernel_ms(torch, fn, reps: int) -> float:
     return device_us / 1e3 / reps
 
 
+STEADY_MAX_REPS = 100_000  # bounds a steady window of the shortest calls
+
+
+def steady_ms(torch, fn, warmup: int, reps: int, seconds: float) -> Timing:
+    """fn's GPU time per call in the steady state at the power limit, where a training loop runs:
+    `seconds` of calls back to back first (a busy H100 or H200 settles at its power limit within
+    about a second, the clock wherever the limiter holds it), then the mean over a window of at
+    least `seconds` of calls (and `reps`) queued back to back between one pair of CUDA events, with
+    no spin before it (an idle GPU's clock climbs, and the first calls after it run faster than a
+    loaded one's), and the GPU's energy per call over that window where NVML counts it. A call whose
+    host side outlasts its GPU time (host_ms above gpu_ms) leaves the GPU idle between calls: the
+    window then measures the host too, as a training loop would."""
+    host_ms, call_ms = warm_up(torch, fn, warmup, seconds)
+    reps = int(min(max(reps, np.ceil(seconds * 1e3 / max(call_ms, 1e-3))), STEADY_MAX_REPS))
+    energy = RUN.energy_read or (lambda: None)
+    if RUN.smoke:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return Timing((time.perf_counter() - t0) * 1e3 / reps, host_ms, reps)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0 = energy()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    sync(torch)
+    e1 = energy()
+    mj = (e1 - e0) / reps if e0 is not None and e1 is not None else None
+    return Timing(start.elapsed_time(end) / reps, host_ms, reps, mj)
+
+
 def timed(torch, fn, warmup: int, reps: int):
-    """fn timed once (time_ms) with the GPU's clock sampled over its warm-up and timed calls:
-    (Timing, ClockSample or None)."""
+    """fn timed once (steady_ms under --steady-s, else time_ms) with the GPU's clock sampled over
+    its warm-up and timed calls: (Timing, ClockSample or None)."""
     with ClockSampler(RUN.clock_read) as clock:
-        timing = time_ms(torch, fn, warmup, reps, RUN.warmup_s, RUN.settle_ms, RUN.min_window_ms)
+        if RUN.steady_s:
+            timing = steady_ms(torch, fn, warmup, reps, RUN.steady_s)
+        else:
+            timing = time_ms(torch, fn, warmup, reps, RUN.warmup_s, RUN.settle_ms, RUN.min_window_ms)
     return timing, clock.result
 
 
@@ -193,6 +242,9 @@ def phase_fields(phase: str, results) -> dict:
     fields[f"{phase}_host_ms"] = round(float(np.median([timing.host_ms for timing, _ in results])), 4)
     if results[-1][0].reps:
         fields[f"{phase}_reps"] = results[-1][0].reps
+    energy = [timing.mj for timing, _ in results if timing.mj is not None]
+    if energy:
+        fields[f"{phase}_mj"] = round(float(np.median(energy)), 2)
     clock = mean_clock([sample for _, sample in results])
     if clock is not None:
         fields.update(clock.fields(phase))

@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from flashmask_paddle.bench.gpu_clock import CLOCK_LIMITS, ClockSample, ClockSampler, current_cuda_reader, nvml_reader
+from flashmask_paddle.bench.gpu_clock import (CLOCK_LIMITS, ClockSample, ClockSampler, current_cuda_energy_reader,
+                                              current_cuda_reader, nvml_energy_reader, nvml_reader)
 
 
 def test_samples_are_averaged_into_named_fields():
@@ -77,6 +78,13 @@ def test_without_nvml_there_is_no_reader_and_no_result():
     assert sampler.fields("fwd") == {}
 
 
+def test_without_nvml_there_is_no_energy_reader():
+    if nvml_reader(None) is not None:
+        pytest.skip("NVML present: this checks the machines without a GPU driver")
+    assert nvml_energy_reader("GPU-00000000-0000-0000-0000-000000000000") is None
+
+
 def test_no_reader_for_a_torch_without_cuda():
     no_cuda = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
     assert current_cuda_reader(no_cuda) is None
+    assert current_cuda_energy_reader(no_cuda) is None

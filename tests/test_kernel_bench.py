@@ -124,6 +124,19 @@ def test_a_variant_on_another_build_runs_in_the_same_process_without_plain_ours(
             assert r["rel_err_vs_flashmask"] < 1e-6
 
 
+def test_tflops_and_gflop_per_joule_count_the_backward_at_two_and_a_half_times_the_forward():
+    row = {"fwd_ms": 2.0, "bwd_ms": 5.0, "fwd_mj": 1000.0, "bwd_mj": 2000.0, "fwd_kernel_ms": 1.0}
+    kernel_bench.add_tflops(row, 1e12)
+    assert row["fwd_tflops"] == 500.0 and row["bwd_tflops"] == 500.0 and row["fwd_kernel_tflops"] == 1000.0
+    assert row["fwd_gflop_per_j"] == 1000.0 and row["bwd_gflop_per_j"] == 1250.0
+
+
+def test_steady_state_timing_is_recorded_in_the_method(smoke):
+    result, _ = smoke("--steady-s", "0.01", "--forward-only")
+    assert result["meta"]["steady_s"] == 0.01 and result["meta"]["method"].startswith("steady state")
+    assert all(r["fwd_reps"] >= 3 and "fwd_mj" not in r for r in result["rows"])  # no NVML on the CPU
+
+
 def test_nothing_to_time_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         kernel_bench.parse_args(["--impls"])

@@ -1,7 +1,12 @@
-"""benchmarks/kernel_timing.py: one phase's rounds folded into a row's fields, and the timing window
-(settle calls, timed calls, spin) for calls of a given length."""
+"""benchmarks/kernel_timing.py: one phase's rounds folded into a row's fields, the timing window
+(settle calls, timed calls, spin) for calls of a given length, and the steady-state window (mean
+time and energy per call)."""
 from __future__ import annotations
 
+import time
+import types
+
+import pytest
 from benchmark_modules import load
 
 kernel_timing = load("kernel_timing")
@@ -46,3 +51,60 @@ def test_timing_window_fills_short_calls_up_to_the_minimum_window_and_settles_fi
     # the window never exceeds MAX_REPS; without settle_ms / min_window_ms it is --reps alone
     assert kernel_timing.timing_window(0.001, 0.1, 10, 0.0, 40.0)[1] == kernel_timing.MAX_REPS
     assert kernel_timing.timing_window(0.5, 0.1, 10, 0.0, 0.0)[:2] == (0, 10)
+
+
+class _FakeCudaTorch:
+    """Just what steady_ms touches of torch: events whose elapsed time is set by the test, and a
+    synchronize that counts."""
+
+    def __init__(self, window_ms):
+        self.syncs = 0
+        outer = self
+
+        class Event:
+            def __init__(self, enable_timing):
+                assert enable_timing
+
+            def record(self):
+                pass
+
+            def elapsed_time(self, other):
+                return window_ms
+
+        self.cuda = types.SimpleNamespace(Event=Event, synchronize=outer._sync)
+
+    def _sync(self):
+        self.syncs += 1
+
+
+def test_steady_window_is_the_mean_per_call_with_the_energy_it_spent(monkeypatch):
+    calls = []
+    energy = iter([1_000.0, 1_000.0 + 400 * 3.5])  # mJ read before and after the window
+    run = kernel_timing.RunSettings(steady_s=0.01, energy_read=lambda: next(energy))
+    monkeypatch.setattr(kernel_timing, "RUN", run)
+    timing = kernel_timing.steady_ms(_FakeCudaTorch(window_ms=800.0), lambda: calls.append(1), warmup=2, reps=400,
+                                     seconds=0.0)
+    # no warm-up time asked: the warm-up is the 2 calls, the window the 400 reps (more than 0 s of calls)
+    assert len(calls) == 2 + 400 and timing.reps == 400
+    assert timing.gpu_ms == pytest.approx(2.0) and timing.mj == pytest.approx(3.5)
+
+
+def test_steady_window_lasts_at_least_the_asked_seconds_and_has_no_energy_without_nvml(monkeypatch):
+    monkeypatch.setattr(kernel_timing, "RUN", kernel_timing.RunSettings(steady_s=0.05, smoke=True))
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(0.001)
+
+    timing = kernel_timing.steady_ms(None, call, warmup=1, reps=3, seconds=0.05)
+    # ~1 ms calls: the 50 ms warm-up estimates the call, the window then takes ~50 of them, not 3
+    assert 20 <= timing.reps <= 60 and timing.mj is None
+    assert 1.0 <= timing.gpu_ms < 10.0  # each call sleeps 1 ms
+
+
+def test_phase_fields_carry_the_median_energy_of_the_rounds_that_read_it():
+    results = [(kernel_timing.Timing(1.0, 0.1, 100, 700.0), None), (kernel_timing.Timing(1.1, 0.1, 100, 760.0), None),
+               (kernel_timing.Timing(1.2, 0.1, 100, None), None)]
+    assert kernel_timing.phase_fields("fwd", results)["fwd_mj"] == 730.0
+    assert "fwd_mj" not in kernel_timing.phase_fields("fwd", [(kernel_timing.Timing(1.0, 0.1), None)])

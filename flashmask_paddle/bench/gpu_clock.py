@@ -8,6 +8,9 @@ table can tell a slower kernel from a slower clock. Power is NVML's instantaneou
 driver has it: the default one averages over about a second, longer than a timed loop. The GPU's
 and its memory's (HBM) temperatures come with each sample where the driver reports them: hot HBM
 is refreshed more often and gives less bandwidth at the same clock, which no clock reason shows.
+The GPU's energy counter (``nvml_energy_reader``) gives the energy a window of calls spent, the
+measure of a kernel at the power limit: there the limiter holds the power, so the kernel that spends
+fewer joules per call runs more calls per second.
 
 Standard library only (ctypes over the driver's ``libnvidia-ml.so.1``; the H200 scripts import it
 beside torch). Where NVML is missing or refuses, the sampler yields nothing and the benchmark
@@ -19,7 +22,8 @@ import ctypes
 import threading
 from typing import Callable, NamedTuple, Optional  # aliases below: Python 3.9 has no X | None at run time
 
-__all__ = ["CLOCK_LIMITS", "ClockSample", "ClockSampler", "Sample", "current_cuda_reader", "mean_of_read", "nvml_reader"]
+__all__ = ["CLOCK_LIMITS", "ClockSample", "ClockSampler", "Sample", "current_cuda_energy_reader", "current_cuda_reader",
+           "mean_of_read", "nvml_energy_reader", "nvml_reader"]
 
 PERIOD_S = 0.02
 _NVML_CLOCK_SM = 1  # nvmlClockType_t
@@ -105,10 +109,9 @@ class ClockSample:
         return out
 
 
-def nvml_reader(gpu_uuid: str | None) -> Reader | None:
-    """A function returning the GPU's Sample now (None when NVML refuses the clock or power read),
-    or None without NVML. The GPU is named by its
-    UUID ("GPU-..."), as CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise."""
+def _nvml_device(gpu_uuid: str | None):
+    """(NVML library, device handle) of the GPU named by its UUID ("GPU-...", as
+    CUDA_VISIBLE_DEVICES may renumber it; NVML's GPU 0 otherwise), or None without NVML."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -119,6 +122,16 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
     found = gpu_uuid is not None and lib.nvmlDeviceGetHandleByUUID(gpu_uuid.encode(), ctypes.byref(handle)) == 0
     if not found and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
         return None
+    return lib, handle
+
+
+def nvml_reader(gpu_uuid: str | None) -> Reader | None:
+    """A function returning the GPU's Sample now (None when NVML refuses the clock or power read),
+    or None without NVML (the GPU as _nvml_device names it)."""
+    device = _nvml_device(gpu_uuid)
+    if device is None:
+        return None
+    lib, handle = device
     mhz, milliwatts, reasons, celsius = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong(), ctypes.c_uint()
     power_field = _FieldValue(fieldId=_NVML_FI_DEV_POWER_INSTANT)
     mem_field = _FieldValue(fieldId=_NVML_FI_DEV_MEMORY_TEMP)
@@ -159,12 +172,37 @@ def nvml_reader(gpu_uuid: str | None) -> Reader | None:
     return read
 
 
+def nvml_energy_reader(gpu_uuid: str | None) -> Callable[[], Optional[float]] | None:
+    """A function returning the GPU's energy counter now in millijoules (NVML's total energy since
+    the driver loaded; None when NVML refuses the read), or None without NVML. The difference of
+    two reads is the energy spent between them, whatever the power limiter did meanwhile."""
+    device = _nvml_device(gpu_uuid)
+    if device is None:
+        return None
+    lib, handle = device
+    millijoules = ctypes.c_ulonglong()
+
+    def read() -> float | None:
+        if lib.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(millijoules)) != 0:
+            return None
+        return float(millijoules.value)
+
+    return read
+
+
+def _cuda_uuid(torch) -> str | None:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return f"GPU-{props.uuid}" if hasattr(props, "uuid") else None
+
+
 def current_cuda_reader(torch) -> Reader | None:
     """nvml_reader of torch's current CUDA device (its UUID from torch), None without CUDA or NVML."""
-    if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return nvml_reader(f"GPU-{props.uuid}" if hasattr(props, "uuid") else None)
+    return nvml_reader(_cuda_uuid(torch)) if torch.cuda.is_available() else None
+
+
+def current_cuda_energy_reader(torch) -> Callable[[], Optional[float]] | None:
+    """nvml_energy_reader of torch's current CUDA device, None without CUDA or NVML."""
+    return nvml_energy_reader(_cuda_uuid(torch)) if torch.cuda.is_available() else None
 
 
 class ClockSampler:
