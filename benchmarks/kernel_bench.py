@@ -350,11 +350,12 @@ def plot(rows, path: Path) -> None:
 
     groups = sorted({(r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"]) for r in rows})
     impls = list(dict.fromkeys(r["impl"] for r in rows))
-    fig, axes = plt.subplots(len(groups), 2, figsize=(16, 3.6 * len(groups)), squeeze=False)
+    keys = [k for k in ("fwd_tflops", "bwd_tflops") if any(r.get(k) for r in rows)] or ["fwd_tflops"]
+    fig, axes = plt.subplots(len(groups), len(keys), figsize=(8 * len(keys), 3.6 * len(groups)), squeeze=False)
     for gi, (s, hk, d, dt) in enumerate(groups):
         sel = [r for r in rows if (r["seqlen"], r["heads_k"], r["head_dim"], r["dtype"]) == (s, hk, d, dt)]
         mask_names = [m for m in MASKS if any(r["mask"] == m for r in sel)]
-        for ci, key in enumerate(("fwd_tflops", "bwd_tflops")):
+        for ci, key in enumerate(keys):
             ax = axes[gi][ci]
             width = 0.8 / max(1, len(impls))
             for ii, impl in enumerate(impls):
