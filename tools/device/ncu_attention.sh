@@ -11,7 +11,7 @@
 # FLASHMASK_LIB (or a build) and, for the peers, the packages kernel_bench.py imports for them.
 # Per implementation $OUT (default ./ncu_out) gets <impl>_<dir>.txt (ncu's details page of the
 # profiled kernels), <impl>_<dir>_raw.csv (every collected metric) and <impl>_<dir>.log (the
-# benchmark's own output); a summary is printed (with the tensor pipes and the top warp stalls).
+# benchmark's own output); a summary is printed (the tensor pipes, the share of the kernel's cycles the SMs were busy: a persistent kernel's last wave shows there, and the top warp stalls).
 # Which kernel is profiled: ours by its mangled name (sm90 fwd_kernel / bwd_kernel); a peer by
 # "AttentionForward" / "AttentionBackward" in its kernel name (FlashAttention-4's and
 # cuDNN-frontend's CuTe kernels are named after their classes, FlashAttentionForwardSm90,
@@ -36,6 +36,8 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
           --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats
           --section Occupancy"
 [ "${SOURCE:-0}" = 1 ] && SECTIONS="$SECTIONS --section SourceCounters"
+# Each SM's active cycles against the kernel's: what a persistent kernel's last wave leaves idle.
+SECTIONS="$SECTIONS --metrics sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_elapsed.max"
 STATUS=0
 for impl in "$@"; do
   re=$PEER_RE; [ "$impl" = flashmask ] && re=$OURS_RE
@@ -71,7 +73,8 @@ PY
     echo "== $impl $DIR ($ROW)"
     grep -E "^  [^ ].*\(|Duration|Compute \(SM\) Throughput|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|Registers Per Thread|Achieved Occupancy|L2 Hit Rate|DRAM Throughput" \
       "$OUT/${impl}_${DIR}.txt" | head -n 40
-    # Tensor-pipe activity and the top stall reasons per kernel, from the raw metrics.
+    # Tensor-pipe activity, how busy the SMs were over the kernel's cycles, and the top stall reasons
+    # per kernel, from the raw metrics.
     python3 - "$OUT/${impl}_${DIR}_raw.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
@@ -90,6 +93,13 @@ for r in rows[head + 2:]:
     print(f"  {m['Kernel Name'][:90]}")
     for k, v in pipes.items():
         print(f"    {k}: {v}")
+    try:
+        active, least, elapsed = (float(m[k].replace(",", "")) for k in
+                                  ("sm__cycles_active.avg", "sm__cycles_active.min", "sm__cycles_elapsed.max"))
+        print(f"    SMs busy {100 * active / elapsed:.1f}% of the kernel's cycles on average, the least busy "
+              f"{100 * least / elapsed:.1f}% (the rest: waiting for the first tile and idle after the last)")
+    except (KeyError, ValueError, ZeroDivisionError):
+        pass
     for v, k in stalls:
         print(f"    stall {k.split('stalled_')[1].split('_per_')[0].split('.')[0]}: {v:.2f} ({k})")
 PY
