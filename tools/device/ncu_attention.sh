@@ -11,7 +11,8 @@
 # FLASHMASK_LIB (or a build) and, for the peers, the packages kernel_bench.py imports for them.
 # Per implementation $OUT (default ./ncu_out) gets <impl>_<dir>.txt (ncu's details page of the
 # profiled kernels), <impl>_<dir>_raw.csv (every collected metric) and <impl>_<dir>.log (the
-# benchmark's own output); a summary is printed (the tensor pipes, the share of the kernel's cycles the SMs were busy: a persistent kernel's last wave shows there, and the top warp stalls).
+# benchmark's own output); a summary is printed (the tensor pipes, the share of the kernel's cycles
+# the SMs were busy, where a persistent kernel's last wave shows, and the top warp stalls).
 # Which kernel is profiled: ours by its mangled name (sm90 fwd_kernel / bwd_kernel); a peer by
 # "AttentionForward" / "AttentionBackward" in its kernel name (FlashAttention-4's and
 # cuDNN-frontend's CuTe kernels are named after their classes, FlashAttentionForwardSm90,
