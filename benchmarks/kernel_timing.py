@@ -180,7 +180,7 @@ STEADY_MAX_REPS = 100_000  # bounds a steady window of the shortest calls
 def steady_ms(torch, fn, warmup: int, reps: int, seconds: float) -> Timing:
     """fn's GPU time per call in the steady state at the power limit, where a training loop runs:
     `seconds` of calls back to back first (the clock settles wherever the power limiter holds it;
-    2 s and 3 s gave the same times on an H100, within 0.2%), then the mean over a window of at
+    2.5 s and 3 s gave the same times within 0.5% on an H100), then the mean over a window of at
     least `seconds` of calls (and `reps`) queued back to back between one pair of CUDA events, with
     no spin before it (an idle GPU's clock climbs, and the first calls after it run faster than a
     loaded one's), and the GPU's energy per call over that window where NVML counts it. A call whose
