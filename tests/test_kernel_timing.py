@@ -55,12 +55,9 @@ def test_timing_window_fills_short_calls_up_to_the_minimum_window_and_settles_fi
 
 class _FakeCudaTorch:
     """Just what steady_ms touches of torch: events whose elapsed time is set by the test, and a
-    synchronize that counts."""
+    synchronize."""
 
     def __init__(self, window_ms):
-        self.syncs = 0
-        outer = self
-
         class Event:
             def __init__(self, enable_timing):
                 assert enable_timing
@@ -71,10 +68,7 @@ class _FakeCudaTorch:
             def elapsed_time(self, other):
                 return window_ms
 
-        self.cuda = types.SimpleNamespace(Event=Event, synchronize=outer._sync)
-
-    def _sync(self):
-        self.syncs += 1
+        self.cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: None)
 
 
 def test_steady_window_is_the_mean_per_call_with_the_energy_it_spent(monkeypatch):
