@@ -482,21 +482,22 @@ def main(argv=None) -> int:
         args.impls = [i for i in args.impls if i in ("flashmask", "flex")]
     impls = make_impls(torch, args.impls, args.variant)
     command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
+    if run.steady_s:
+        timing = (f"steady state at the power limit: {run.steady_s} s of calls back to back, then the mean GPU time "
+                  f"per call over a window of at least {run.steady_s} s of calls queued back to back between one "
+                  "pair of CUDA events (no spin), the GPU's energy per call over that window (NVML, fwd_mj / bwd_mj)")
+    else:
+        timing = ("median of reps queued back to back behind a spin kernel that holds the GPU while the host queues "
+                  "them (GPU time per call), untimed calls of settle_ms GPU time between the spin and the timed ones, "
+                  "at least min_window_ms of timed calls, after warmup (calls and seconds), CUDA events")
+    counted = "TFLOP/s over visible pairs (fwd 4*D*pairs*Hq, bwd 2.5x)" + (" and GFLOP per joule" if run.steady_s else "")
     meta = {**provenance.record(command, "cpu (smoke)" if smoke else torch.cuda.get_device_name()),
             "torch": torch.__version__,
-            "method": "median of reps queued back to back behind a spin kernel that holds the GPU while the host queues them (GPU time per call), "
-                      "untimed calls of settle_ms GPU time between the spin and the timed ones, at least min_window_ms of timed calls, "
-                      "after warmup (calls and seconds), CUDA events; TFLOP/s over visible pairs "
-                      "(fwd 4*D*pairs*Hq, bwd 2.5x); flex block mask built outside timing",
+            "method": f"{timing}; {counted}; flex block mask built outside timing",
             "kernel_time": run.kernel_time, "warmup": args.warmup, "warmup_s": run.warmup_s, "reps": args.reps,
             "settle_ms": run.settle_ms, "min_window_ms": run.min_window_ms, "rounds": args.rounds, "seed": args.seed, "tokens": args.tokens,
             "forward_only": args.forward_only}
     if run.steady_s:
-        meta["method"] = (f"steady state at the power limit: {run.steady_s} s of calls back to back, then the mean GPU time "
-                          f"per call over a window of at least {run.steady_s} s of calls queued back to back between one "
-                          "pair of CUDA events (no spin), the GPU's energy per call over that window (NVML, fwd_mj / "
-                          "bwd_mj); TFLOP/s over visible pairs (fwd 4*D*pairs*Hq, bwd 2.5x) and GFLOP per joule; "
-                          "flex block mask built outside timing")
         meta["steady_s"] = run.steady_s
     if args.rounds > 1:
         meta["method"] += (f"; {args.rounds} rounds per row, the implementations timed in alternating order "
