@@ -69,9 +69,9 @@ struct BwdTraits {
   // it once lost 4-5% on 8K causal document and share question; since the stmatrix addresses are
   // computed once per CTA it leads on every row (H100, steady state, 8K causal 466 -> 475, causal
   // document 285 -> 290, 32K document 474 -> 483; Nsight Compute: 2.2-2.9% fewer cycles;
-  // kernel_h100_bwd_d64_ds_before_dv_ab.json; dropout's 64-row steps not measured). D = 256 (its
-  // own dQ path) keeps dS after dV.
-  static constexpr bool kDsBeforeDv = kHeadDim <= 128;
+  // kernel_h100_bwd_d64_ds_before_dv_ab.json; dropout's 64-row steps not measured). The head-dim
+  // split (D = 256, its own dQ path) keeps dS after dV.
+  static constexpr bool kDsBeforeDv = !kSplitHeadDim;
   static constexpr bool kDqViaSmem = !kSplitHeadDim;    // else float4 atomics (no smem left)
   // The producer hands the tiles to the consumers (bwd_tiles.cuh) at D <= 128; at D = 256 every warp
   // walks the sequence itself: handing them over there cost 4-7% (H200, bf16, 8K, bwd TFLOP/s:
