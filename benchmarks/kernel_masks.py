@@ -7,7 +7,10 @@ sliding_window (causal, window S/8: 1K at 8K), causal_document, document, share_
 document: first third prompt, then two answers), global_sliding_window (64 global tokens +
 bidirectional window S/16 each side), prefix_lm_causal (first half bidirectional),
 prefix_lm_document (each document's first half bidirectional), short_documents (causal documents
-of lognormal lengths around 350 tokens, SFT-like), full.
+of lognormal lengths around 350 tokens, SFT-like), full, long_documents (causal documents of lengths
+uniform in LONG_DOCS, 8K to 64K tokens: the kernel-level row of e2e_h200.py's long configurations,
+for 128K-token rows; a row of 8K tokens or fewer is one document). full and long_documents are
+left out of the default set.
 """
 from __future__ import annotations
 
@@ -15,24 +18,36 @@ import numpy as np
 
 from flashmask_paddle import masks
 
+# Appended only: a mask's index in MASKS seeds its documents (build_mask).
 MASKS = ("causal", "sliding_window", "causal_document", "document", "share_question",
-         "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full")
-DEFAULT_MASKS = MASKS[:-1]
+         "global_sliding_window", "prefix_lm_causal", "prefix_lm_document", "short_documents", "full",
+         "long_documents")
+DEFAULT_MASKS = tuple(m for m in MASKS if m not in ("full", "long_documents"))
 # Masks FA4 varlen runs without any mask, as sequences packed by cu_seqlens -> its causal flag.
 VARLEN_MASKS = {"causal_document": True, "document": False, "short_documents": True,
-                "causal": True, "full": False}
+                "long_documents": True, "causal": True, "full": False}
+LONG_DOCS = (8192, 65536)  # long documents' lengths, uniform in [lo, hi] tokens (also e2e_h200's)
 TILE = 128  # the tile of the rows' density, and FlexAttention's block size
 
 
-def doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
-    """Document lengths uniform in [S/32, S/4] until S is filled (the last one truncated)."""
-    lo, hi = max(1, seqlen // 32), max(1, seqlen // 4)
+def uniform_doc_lengths(rng: np.random.Generator, seqlen: int, lo: int, hi: int) -> list[int]:
+    """Document lengths uniform in [lo, hi] until S is filled (the last one truncated)."""
     lens, left = [], seqlen
     while left > 0:
         n = min(left, int(rng.integers(lo, hi + 1)))
         lens.append(n)
         left -= n
     return lens
+
+
+def doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
+    """Document lengths uniform in [S/32, S/4] until S is filled."""
+    return uniform_doc_lengths(rng, seqlen, max(1, seqlen // 32), max(1, seqlen // 4))
+
+
+def long_doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
+    """Document lengths uniform in LONG_DOCS until S is filled."""
+    return uniform_doc_lengths(rng, seqlen, *LONG_DOCS)
 
 
 def short_doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
@@ -57,10 +72,11 @@ def _one_row(name: str, seqlen: int, rng: np.random.Generator, docs_out: list | 
         return masks.global_sliding_window(seqlen, global_tokens=64, window=(w, w))
     if name == "prefix_lm_causal":
         return masks.prefix_lm_causal(seqlen, seqlen // 2)
-    docs = short_doc_lengths(rng, seqlen) if name == "short_documents" else doc_lengths(rng, seqlen)
+    draw = {"short_documents": short_doc_lengths, "long_documents": long_doc_lengths}.get(name, doc_lengths)
+    docs = draw(rng, seqlen)
     if docs_out is not None:
         docs_out.append(docs)
-    if name in ("causal_document", "short_documents"):
+    if name in ("causal_document", "short_documents", "long_documents"):
         return masks.causal_document(docs)
     if name == "document":
         return masks.document(docs)

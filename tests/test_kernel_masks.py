@@ -19,6 +19,23 @@ def test_document_lengths_are_drawn_in_s_over_32_to_s_over_4_and_fill_s():
         assert all(s // 32 <= n <= s // 4 for n in lens[:-1])
 
 
+def test_long_documents_are_drawn_in_long_docs_and_are_causal_documents():
+    lo, hi = kernel_masks.LONG_DOCS
+    for seed in range(4):
+        docs = []
+        cm = kernel_masks.build_mask("long_documents", 131072 + 77, 1, seed=seed, docs_out=docs)
+        (lens,) = docs
+        assert sum(lens) == 131072 + 77 and len(lens) >= 2
+        assert all(lo <= n <= hi for n in lens[:-1]) and 0 < lens[-1] <= hi
+        np.testing.assert_array_equal(cm.indices, masks.causal_document(lens).indices)
+        assert cm.causal
+    # A row no longer than the shortest document is that one document: plain causal attention.
+    docs = []
+    kernel_masks.build_mask("long_documents", lo, 1, seed=5, docs_out=docs)
+    assert docs == [[lo]]
+    assert "long_documents" not in kernel_masks.DEFAULT_MASKS and "full" not in kernel_masks.DEFAULT_MASKS
+
+
 @pytest.mark.parametrize("name", kernel_masks.MASKS)
 def test_bench_masks_have_one_row_per_batch_and_match_their_dense_picture(name):
     cm = kernel_masks.build_mask(name, 512, 3, seed=1)
