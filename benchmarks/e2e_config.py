@@ -26,7 +26,6 @@ LLAMA2_7B = ModelShape()
 LLAMA3_8B = ModelShape(kv_heads=8, mlp=14336, rope_theta=500000.0)
 
 
-
 @dataclass
 class Config:
     name: str

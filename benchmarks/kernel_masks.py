@@ -30,14 +30,19 @@ LONG_DOCS = (8192, 65536)  # long documents' lengths, uniform in [lo, hi] tokens
 TILE = 128  # the tile of the rows' density, and FlexAttention's block size
 
 
-def uniform_doc_lengths(rng: np.random.Generator, seqlen: int, lo: int, hi: int) -> list[int]:
-    """Document lengths uniform in [lo, hi] until S is filled (the last one truncated)."""
+def fill_row(seqlen: int, draw) -> list[int]:
+    """Document lengths from draw() until S is filled (the last one truncated)."""
     lens, left = [], seqlen
     while left > 0:
-        n = min(left, int(rng.integers(lo, hi + 1)))
+        n = min(left, draw())
         lens.append(n)
         left -= n
     return lens
+
+
+def uniform_doc_lengths(rng: np.random.Generator, seqlen: int, lo: int, hi: int) -> list[int]:
+    """Document lengths uniform in [lo, hi] until S is filled."""
+    return fill_row(seqlen, lambda: int(rng.integers(lo, hi + 1)))
 
 
 def doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
@@ -52,12 +57,7 @@ def long_doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
 
 def short_doc_lengths(rng: np.random.Generator, seqlen: int) -> list[int]:
     """SFT-like documents: lognormal lengths around 350 tokens (16 at least) until S is filled."""
-    lens, left = [], seqlen
-    while left > 0:
-        n = min(left, max(16, int(round(rng.lognormal(np.log(350.0), 0.6)))))
-        lens.append(n)
-        left -= n
-    return lens
+    return fill_row(seqlen, lambda: max(16, int(round(rng.lognormal(np.log(350.0), 0.6)))))
 
 
 def _one_row(name: str, seqlen: int, rng: np.random.Generator, docs_out: list | None = None) -> masks.ColumnMask:
