@@ -98,8 +98,11 @@ struct BwdTraits {
   // Where dQ goes under dK, the next tile's S^T is issued behind dK too (bwd_consumer.cuh), so the
   // next step finds it retired instead of issuing it once dK has drained (H200, processes
   // alternating, bwd TFLOP/s: 8K causal +2%, document +1-2%, D = 64 causal +4%, few-tile CTAs level;
-  // kernel_h200_bwd_next_st_ab.json). Its dP^T as well spilled and lost 2-4%.
-  static constexpr bool kNextStUnderDk = kCanWriteDqUnderDk && kTilesFromProducer;
+  // kernel_h200_bwd_next_st_ab.json). Its dP^T as well spilled and lost 2-4%. At D = 64 each step
+  // issues its own S^T at its top again: since dS is stored before dV from addresses computed once,
+  // that leads there (H100, steady state, 8K bwd TFLOP/s +0.6-1.2% on causal, causal document and
+  // document, kernel_h100_bwd_d64_st_at_top_ab.json; Nsight Compute 0.5-0.8% fewer cycles).
+  static constexpr bool kNextStUnderDk = kCanWriteDqUnderDk && kTilesFromProducer && kHeadDim != 64;
   // At D = 128 the consumers read their query rows' LSE and D into registers before waiting for
   // S^T and dP^T, taking their shared-memory latency off the path from each wait to the exp2 / FMA
   // (H200, processes alternating, bwd TFLOP/s: 32K document +2-11% in five pairings, 32K causal,
