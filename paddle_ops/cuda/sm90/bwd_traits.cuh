@@ -124,8 +124,8 @@ struct BwdTraits {
   // At D = 64 the producer warpgroup's warps (producer, dQ writers, payload writer) spilled 344 bytes
   // at 24 registers; at 32, 216 bytes, and the consumers' code at 232 is the same as at 240 (H100,
   // bf16 8K: Nsight Compute 1.1-1.2% fewer cycles on causal and document, steady-state bwd TFLOP/s
-  // +0.3-1.0%, kernel_h100_bwd_d64_producer_regs_ab.json). Not tried at D = 128 (224 accumulator
-  // registers per consumer thread) nor at D = 256.
+  // +0.3-1.0%, kernel_h100_bwd_d64_producer_regs_ab.json). At D = 128 ptxas serialises the
+  // consumers' wgmmas at 232 (C7512); D = 256 was not tried.
   static constexpr int kProducerRegs = kHeadDim == 64 ? 32 : 24;
   static constexpr int kConsumerRegs = kHeadDim == 64 ? 232 : 240;
   static constexpr int kEntryRegs = (65536 / kThreads) / 8 * 8;
