@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from e2e_attention import PEERS
-from kernel_masks import LONG_DOCS  # noqa: F401 (the long configurations' document lengths)
 
 
 @dataclass
@@ -32,7 +31,7 @@ class Config:
     seqlen: int
     tokens_per_step: int
     shape: ModelShape
-    docs: str  # "short": the real SFT lengths; "long": uniform in LONG_DOCS
+    docs: str  # "short": the real SFT lengths; "long": uniform in kernel_masks.LONG_DOCS
     peers: tuple = PEERS
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from e2e_config import LONG_DOCS, Config, RunPlan
+from e2e_config import Config, RunPlan
 from e2e_model import rope_tables
+from kernel_masks import LONG_DOCS
 
 DOC_LENGTHS = Path(__file__).resolve().parent / "data" / "doc_lengths.json"
 

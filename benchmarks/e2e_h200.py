@@ -57,11 +57,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from e2e_attention import IMPLS, host_seconds, make_attention  # noqa: E402
-from e2e_config import (CONFIGS, LONG_DOCS, OUTPUT_REL_TOL, SCALE_HEADS, SCALE_ROWS, Config, ModelShape,  # noqa: E402
+from e2e_config import (CONFIGS, OUTPUT_REL_TOL, SCALE_HEADS, SCALE_ROWS, Config, ModelShape,  # noqa: E402
                         RunPlan, smoke_configs)
 from e2e_data import load_lengths, long_lengths, make_batches, pack_rows, segment_arrays  # noqa: E402
 from e2e_model import build_model  # noqa: E402
 from e2e_report import best_peer, make_report, merge, plot, seq_label, table, write_report  # noqa: E402
+from kernel_masks import LONG_DOCS  # noqa: E402
 from flashmask_paddle.bench.gpu_clock import ClockSampler, current_cuda_reader  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from e2e_attention import IMPLS
-from e2e_config import LONG_DOCS
+from kernel_masks import LONG_DOCS
 from flashmask_paddle.bench import provenance
 
 

@@ -15,12 +15,13 @@ e2e = load("e2e_h200")
 e2e_config = load("e2e_config")
 e2e_data = load("e2e_data")
 e2e_report = load("e2e_report")
+kernel_masks = load("kernel_masks")
 
 
 def test_packed_rows_are_filled_exactly_with_a_padding_segment_last():
     rng = np.random.default_rng(1)
     lengths = e2e_data.long_lengths(rng, scale=16)
-    assert lengths.min() >= e2e_config.LONG_DOCS[0] // 16 and lengths.max() <= e2e_config.LONG_DOCS[1] // 16
+    assert lengths.min() >= kernel_masks.LONG_DOCS[0] // 16 and lengths.max() <= kernel_masks.LONG_DOCS[1] // 16
     packed, pad = e2e_data.pack_rows(lengths, 4096, 3, rng)
     assert all(sum(row) == 4096 for row in packed)
     seg, _, valid = e2e_data.segment_arrays(packed, pad, 4096)
