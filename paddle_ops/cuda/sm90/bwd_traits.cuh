@@ -117,7 +117,7 @@ struct BwdTraits {
   static_assert(kPayloadWriterWarp < 4, "the payload writer is a warp of the producer warpgroup");
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // One CTA per SM (194 KB of smem at D=128, 195 KB at 64, 226 KB at 256). A 64-key,
+  // One CTA per SM (196 KB of smem at D=128, 199 KB at 64, 226 KB at 256). A 64-key,
   // one-warpgroup variant with two CTAs per SM was slower on every mask measured (H200, bf16,
   // D = 128, bwd TFLOP/s: 8K causal 382 -> 293, causal document 194 -> 172, 32K causal 445 -> 326).
   static constexpr int kMinBlocksPerSM = 1;

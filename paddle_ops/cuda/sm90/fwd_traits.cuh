@@ -4,17 +4,20 @@
 //
 // Shapes (fwd_launch_template.cuh picks one per call):
 // - 128 x 128, two consumer warpgroups (64 rows each, the wgmma M), one CTA per SM: Q (32 KB at
-//   D=128) resident, K and V in kStages-deep TMA rings (2 x 32 KB each): 160 KB. Per consumer
-//   thread at D=128: S 64 + O 64 + P 32 registers, inside the 240 of setmaxnreg. Dense and causal.
+//   D=128) resident, K and V in kStages-deep TMA rings (2 x 32 KB each): 160 KB, 169 KB with the
+//   stages' mask payloads and column bounds. Per consumer thread at D=128: S 64 + O 64 + P 32
+//   registers, inside the 240 of setmaxnreg. Dense and causal.
 // - 192 x 128 at D=64, three consumer warpgroups, one CTA per SM: Q 24 KB, K and V rings 2 x 16 KB
-//   each: 88 KB; S 64 + O 32 + P 32 registers of the 160 a consumer thread gets. Dense and causal.
-// - 128 x 64 at D=256: Q 64 KB, K and V rings 2 x 2 x 32 KB: 194 KB; O 128 + S 32 + P 16 registers.
-// - 64 x 64, one consumer warpgroup, two CTAs per SM (80 KB smem, 32768 registers each): for
-//   sparse index masks, whose short block lists leave a lone CTA idle in its prologue/epilogue.
-//   Persistent variant (Q double-buffered, 96 KB) for causal index masks.
+//   each: 88 KB (99 KB with the mask stages); S 64 + O 32 + P 32 registers of the 160 a consumer
+//   thread gets. Dense and causal.
+// - 128 x 64 at D=256: Q 64 KB, K and V rings 2 x 2 x 32 KB: 192 KB (197 KB with the mask stages);
+//   O 128 + S 32 + P 16 registers.
+// - 64 x 64, one consumer warpgroup, two CTAs per SM (84 KB smem at D=128 with the mask stages,
+//   32768 registers each): for sparse index masks, whose short block lists leave a lone CTA idle in
+//   its prologue/epilogue. Persistent variant (Q double-buffered, 100 KB) for causal index masks.
 // - 128 x 128 persistent (D <= 128): Q double-buffered (64 KB at D=128) beside the K and V rings:
-//   192 KB, so that the next tile's Q and first K/V loads overlap this tile's last blocks and
-//   epilogue.
+//   201 KB with the mask stages, so that the next tile's Q and first K/V loads overlap this tile's
+//   last blocks and epilogue.
 #pragma once
 
 #include <cute/tensor.hpp>
